@@ -1,0 +1,258 @@
+"""History items: the unit that search, browse, load and paging address (specs/paging.md §1).
+
+A *user item* is one request. A *model-turn item* is one assistant message together with the
+contiguous tool results that follow it. Items keep their messages (frozen values, never copied),
+plus the metadata the tools filter on: ``tools`` (every call name, in order, duplicates kept),
+``files`` (path-like argument values, first-seen order) and ``failed`` (an errored result or an
+interrupted response).
+
+Upstream aborts the whole projection on the first malformed exchange. Real session files are
+messier, so here one bad exchange never hides the rest (DESIGN.md, issue 2):
+
+* ORPHAN_TOOL_RESULT — a result with no assistant before it: skipped, reported.
+* MISMATCHED_TOOL_RESULT — a result for a call the assistant did not make: skipped, reported.
+* DUPLICATE_TOOL_RESULT — a second result for one call: the first is kept, the rest reported.
+* INCOMPLETE_TOOL_RESULTS — a completed (not interrupted) response whose calls lack results and
+  that is followed by more history: kept as a *failed* turn, reported.
+* An incomplete exchange at the very end is still running: it is left out until its results
+  arrive (upstream's rule), and reported as ``PENDING_TOOL_RESULTS``.
+* Interrupted responses (``aborted``/``error``) are kept as failed turns with whatever results
+  they got.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from index.jsonl import Issue
+from index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+
+RECOVERY_TOOLS = frozenset(
+    {
+        "search_history",
+        "browse_history",
+        "load_history",
+        "read_context_output",
+        "recall",
+        "list_sessions",
+    }
+)
+_FILE_KEYS = frozenset({"path", "file", "files", "filepath", "file_path"})
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
+_SPACES = re.compile(r"\s+")
+PREVIEW_CHARS = 160
+
+
+def is_recovery_tool(name: str) -> bool:
+    """True for this server's recovery tools, also under a host's namespaced name.
+
+    Hosts rename MCP tools (``mcp__context-paging__search_history``, ``context-paging.recall``),
+    so the bare name is matched after the last ``__``, ``.``, ``/`` or ``:`` separator.
+    """
+    if name in RECOVERY_TOOLS:
+        return True
+    tail = re.split(r"__|[./:]", name)[-1]
+    return tail in RECOVERY_TOOLS and tail != name
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    kind: Literal["user", "model_turn"]
+    history_id: str
+    sequence: int
+    timestamp: str
+    message: Message
+    tool_results: tuple[Message, ...] = ()
+    tools: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    failed: bool = False
+
+    @property
+    def is_recovery_turn(self) -> bool:
+        return self.kind == "model_turn" and any(is_recovery_tool(t) for t in self.tools)
+
+    def result_for(self, tool_call_id: str) -> Message | None:
+        for result in self.tool_results:
+            if result.tool_call_id == tool_call_id:
+                return result
+        return None
+
+    def call(self, tool_call_id: str) -> ToolCall | None:
+        for call in self.message.tool_calls:
+            if call.id == tool_call_id:
+                return call
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    items: tuple[HistoryItem, ...]
+    issues: tuple[Issue, ...]
+
+
+def project(messages: Sequence[Message], path: str = "") -> Projection:
+    """Group an active path into history items (see the module docstring for the error rules)."""
+    items: list[HistoryItem] = []
+    issues: list[Issue] = []
+
+    def report(message: Message, code: str, text: str) -> None:
+        issues.append(Issue(path, message.line, -1, code, text))
+
+    i, n = 0, len(messages)
+    while i < n:
+        message = messages[i]
+        if message.role == "user":
+            items.append(HistoryItem("user", message.id, len(items), message.timestamp, message))
+            i += 1
+            continue
+        if message.role == "tool_result":
+            report(message, "ORPHAN_TOOL_RESULT", f"result for {message.tool_call_id!r} skipped")
+            i += 1
+            continue
+        call_ids = [call.id for call in message.tool_calls]
+        wanted = set(call_ids)
+        results: list[Message] = []
+        seen: set[str] = set()
+        j = i + 1
+        while j < n and messages[j].role == "tool_result":
+            result = messages[j]
+            if result.tool_call_id not in wanted:
+                report(result, "MISMATCHED_TOOL_RESULT",
+                       f"{result.tool_call_id!r} is not a call of {message.id}")
+            elif result.tool_call_id in seen:
+                report(result, "DUPLICATE_TOOL_RESULT", f"second result for {result.tool_call_id!r}")
+            else:
+                seen.add(result.tool_call_id)
+                results.append(result)
+            j += 1
+        failed = message.interrupted or any(r.is_error for r in results)
+        if len(seen) < len(wanted) and not message.interrupted:
+            if j == n:
+                report(message, "PENDING_TOOL_RESULTS",
+                       f"{len(wanted) - len(seen)} call(s) of {message.id} have no result yet")
+                break
+            report(message, "INCOMPLETE_TOOL_RESULTS",
+                   f"{len(wanted) - len(seen)} call(s) of {message.id} never got a result")
+            failed = True
+        items.append(
+            HistoryItem(
+                "model_turn",
+                message.id,
+                len(items),
+                message.timestamp,
+                message,
+                tuple(results),
+                tuple(call.name for call in message.tool_calls),
+                tuple(_files_of(message.tool_calls)),
+                failed,
+            )
+        )
+        i = j
+    return Projection(tuple(items), tuple(issues))
+
+
+def _files_of(calls: Iterable[ToolCall]) -> list[str]:
+    found: dict[str, None] = {}
+    for call in calls:
+        if isinstance(call.arguments, str):
+            for path in _PATCH_FILE.findall(call.arguments):
+                found.setdefault(path.strip(), None)
+        else:
+            _collect_files(call.arguments, found)
+    return list(found)
+
+
+def _collect_files(value: Any, found: dict[str, None]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if isinstance(key, str) and key.lower() in _FILE_KEYS:
+                if isinstance(inner, str):
+                    found.setdefault(inner, None)
+                elif isinstance(inner, list):
+                    for member in inner:
+                        if isinstance(member, str):
+                            found.setdefault(member, None)
+                    continue
+            _collect_files(inner, found)
+    elif isinstance(value, list):
+        for member in value:
+            _collect_files(member, found)
+
+
+# --- the public view (DESIGN.md "Public view", specs/paging.md §1.3) ---------------------------
+
+
+def public_block(block: Block) -> dict[str, Any] | None:
+    """A block as the tools return it; private blocks become ``None`` at their index."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolCall):
+        value: dict[str, Any] = {
+            "type": "tool_call",
+            "id": block.id,
+            "name": block.name,
+            "arguments": block.arguments,
+        }
+        if block.namespace is not None:
+            value["namespace"] = block.namespace
+        return value
+    if isinstance(block, ImageBlock):
+        image: dict[str, Any] = {"type": "image", "mime_type": block.mime}
+        if block.url:
+            image["url"] = block.url
+        if block.data:
+            image["data"] = block.data
+        return image
+    return None  # HiddenBlock
+
+
+def public_result(result: Message) -> dict[str, Any]:
+    return {
+        "tool_call_id": result.tool_call_id,
+        "tool_name": result.tool_name,
+        "is_error": result.is_error,
+        "content": [public_block(b) for b in result.content],
+    }
+
+
+def public_item(item: HistoryItem, sequence: int | None = None) -> dict[str, Any]:
+    """One item in the public view. ``sequence`` overrides the raw one (navigator numbering)."""
+    value: dict[str, Any] = {
+        "history_id": item.history_id,
+        "kind": item.kind,
+        "sequence": item.sequence if sequence is None else sequence,
+        "timestamp": item.timestamp,
+        "content": [public_block(b) for b in item.message.content],
+    }
+    if item.kind == "model_turn":
+        value["tool_results"] = [public_result(r) for r in item.tool_results]
+        value["tools"] = list(item.tools)
+        value["files"] = list(item.files)
+        value["failed"] = item.failed
+        if item.message.model:
+            value["model"] = item.message.model
+    return value
+
+
+def block_text(block: Block, *, images: str = "[image]") -> str:
+    """Searchable/preview text of a public block ('' for private ones; images as a marker)."""
+    if isinstance(block, TextBlock):
+        return block.text
+    if isinstance(block, ToolCall):
+        return json.dumps(public_block(block), ensure_ascii=False, separators=(",", ":"))
+    if isinstance(block, ImageBlock):
+        return images
+    return ""
+
+
+def content_text(blocks: Iterable[Block]) -> str:
+    return " ".join(t for t in (block_text(b) for b in blocks if not isinstance(b, HiddenBlock)) if t)
+
+
+def preview(item: HistoryItem) -> str:
+    """Collapsed public text of the request or the assistant message, first 160 characters."""
+    return _SPACES.sub(" ", content_text(item.message.content)).strip()[:PREVIEW_CHARS]

@@ -1,0 +1,239 @@
+"""A tolerant, incremental JSON Lines reader for session files that are still being written.
+
+Rules (specs/session-formats.md §0):
+
+* A last line without a newline is *pending*: the agent may still be writing it. If it parses to an
+  object it is accepted; otherwise it is left for the next read, which starts at its byte offset.
+* One line may hold several JSON objects glued together; every one of them is recovered.
+* Text that is not valid UTF-8 is decoded with replacement characters; lone UTF-16 surrogates
+  (``\\udXXX`` escapes) are replaced so that the values can be written anywhere later.
+* Garbage becomes an :class:`Issue` with file, line and byte offset, never an exception.
+
+:class:`FileCursor` makes reading incremental: reading a file again after it grew parses only the
+new bytes; a file that shrank, was replaced, or whose first line changed is read from the start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_CHUNK = 8 << 20
+_HEAD_BYTES = 4096
+_decoder = json.JSONDecoder()
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One JSON value read from a session file: its 1-based line and the line's byte offset."""
+
+    line: int
+    offset: int
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """A warning about a session file: something was skipped, nothing was lost silently."""
+
+    file: str
+    line: int
+    offset: int
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f" (byte {self.offset})" if self.offset >= 0 else ""
+        return f"{self.file}:{self.line}{where}: {self.kind}: {self.message}"
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What one read produced, and where the next read starts."""
+
+    records: list[Record]
+    issues: list[Issue]
+    end: int  # byte offset after the last consumed line
+    next_line: int  # line number of the line that starts at ``end``
+    bytes_parsed: int
+    pending: bool  # an incomplete last line was left for the next read
+
+
+def clean_text(text: str) -> str:
+    """Replace lone surrogates, which cannot be encoded as UTF-8, with U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+def _clean_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean_value(v) for k, v in value.items()}
+    return value
+
+
+def _has_surrogate_escape(raw: bytes) -> bool:
+    # Cheap byte test before the costly deep clean: only \uD800–\uDFFF escapes can produce one.
+    start = raw.find(b"\\u")
+    while start != -1:
+        nibble = raw[start + 2 : start + 3].lower()
+        if nibble == b"d" and raw[start + 3 : start + 4].lower() in b"89abcdef":
+            return True
+        start = raw.find(b"\\u", start + 2)
+    return False
+
+
+def parse_line(raw: bytes, path: str, line: int, offset: int) -> tuple[list[Any], list[Issue]]:
+    """Every JSON value on one line; glued objects are split, garbage becomes issues."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        values, issues = _parse_glued(raw, path, line, offset)
+    else:
+        values, issues = [value], []
+    if b"\\u" in raw and _has_surrogate_escape(raw):
+        values = [_clean_value(v) for v in values]
+    return values, issues
+
+
+def _parse_glued(raw: bytes, path: str, line: int, offset: int) -> tuple[list[Any], list[Issue]]:
+    text = raw.decode("utf-8", "replace")
+    values: list[Any] = []
+    issues: list[Issue] = []
+    pos, end = 0, len(text)
+    while pos < end:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if pos >= end:
+            break
+        try:
+            value, pos = _decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            byte_at = offset + len(text[: exc.pos].encode("utf-8", "surrogatepass"))
+            issues.append(
+                Issue(path, line, byte_at, "bad_json", f"{exc.msg}; rest of the line skipped")
+            )
+            break
+        values.append(value)
+    if len(values) > 1:
+        issues.append(
+            Issue(path, line, offset, "glued_objects", f"{len(values)} JSON objects on one line")
+        )
+    return values, issues
+
+
+def read_jsonl(path: str, start: int = 0, first_line: int = 1) -> Chunk:
+    """Read the complete lines of ``path`` from byte ``start`` (which must begin a line)."""
+    records: list[Record] = []
+    issues: list[Issue] = []
+    line, offset = first_line, start
+    pending = False
+    buffer = b""
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        while True:
+            block = handle.read(_CHUNK)
+            if not block:
+                break
+            buffer += block
+            pieces = buffer.split(b"\n")
+            buffer = pieces.pop()
+            for raw in pieces:
+                _consume(raw, path, line, offset, records, issues)
+                offset += len(raw) + 1
+                line += 1
+    if buffer.strip():
+        tail = _parse_tail(buffer)
+        if tail is None:
+            pending = True
+        else:
+            records.append(Record(line, offset, tail))
+            offset += len(buffer)
+    elif buffer:
+        offset += len(buffer)
+    return Chunk(records, issues, offset, line, offset - start, pending)
+
+
+def _consume(
+    raw: bytes, path: str, line: int, offset: int, records: list[Record], issues: list[Issue]
+) -> None:
+    if not raw.strip():
+        return
+    values, line_issues = parse_line(raw, path, line, offset)
+    issues.extend(line_issues)
+    for value in values:
+        if isinstance(value, dict):
+            records.append(Record(line, offset, value))
+        else:
+            issues.append(
+                Issue(path, line, offset, "not_an_object", f"a JSON {type(value).__name__}")
+            )
+
+
+def _parse_tail(raw: bytes) -> Any | None:
+    # A pending line counts only if it is one whole object; a half-written one waits.
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _head_hash(path: str) -> str:
+    with open(path, "rb") as handle:
+        head = handle.read(_HEAD_BYTES)
+    first = head.split(b"\n", 1)[0]
+    return hashlib.blake2b(first, digest_size=12).hexdigest()
+
+
+@dataclass(slots=True)
+class FileCursor:
+    """Where reading one file stopped, and how to recognise that it is still the same file."""
+
+    path: str
+    offset: int = 0
+    next_line: int = 1
+    inode: int = -1
+    head: str = ""
+    size: int = 0
+    mtime_ns: int = 0
+    bytes_parsed_total: int = field(default=0)
+
+    def read(self) -> tuple[Chunk, bool]:
+        """Read what is new. Returns the chunk and whether the file was read from the start."""
+        stat = os.stat(self.path)
+        head = _head_hash(self.path)
+        restart = (
+            stat.st_ino != self.inode
+            or stat.st_size < self.offset
+            or (self.offset > 0 and head != self.head)
+        )
+        if restart:
+            self.offset, self.next_line = 0, 1
+        chunk = read_jsonl(self.path, self.offset, self.next_line)
+        self.offset, self.next_line = chunk.end, chunk.next_line
+        self.inode, self.head = stat.st_ino, head
+        self.size, self.mtime_ns = stat.st_size, stat.st_mtime_ns
+        self.bytes_parsed_total += chunk.bytes_parsed
+        return chunk, restart
+
+    def unchanged(self) -> bool:
+        """True when the file's size and mtime are what the last read saw (no bytes to read)."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return False
+        return stat.st_size == self.size and stat.st_mtime_ns == self.mtime_ns and (
+            stat.st_ino == self.inode
+        )

@@ -1,0 +1,52 @@
+"""Session-file formats. Each module turns the records of one file into a Conversation.
+
+Every module exposes ``build(records, path) -> Conversation``: ``records`` are the dict values
+read by ``index.jsonl`` in file order, ``path`` the file they came from. A module never raises on
+odd input: what it cannot use becomes a warning (an ``index.jsonl.Issue``) in the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from index.jsonl import Record
+from index.model import Conversation
+
+SOURCES = ("pi", "claude", "codex")
+
+
+def detect(records: Sequence[Record], path: str = "") -> str | None:
+    """Which agent wrote these records (specs/session-formats.md §5.4 step 2), or None."""
+    head = [r.value for r in records[:5]]
+    if any(v.get("type") == "session" for v in head):
+        return "pi"
+    for value in head:
+        if "payload" in value or value.get("type") == "session_meta" or "record_type" in value:
+            return "codex"
+        if "uuid" in value and "sessionId" in value:
+            return "claude"
+    for value in (r.value for r in records[:50]):
+        if "sessionId" in value or value.get("type") in ("file-history-snapshot", "summary"):
+            return "claude"
+        if "payload" in value:
+            return "codex"
+    parts = path.replace("\\", "/").split("/")
+    if ".claude" in parts:
+        return "claude"
+    if ".codex" in parts or parts[-1].startswith("rollout-"):
+        return "codex"
+    if ".pi" in parts:
+        return "pi"
+    return None
+
+
+def build(source: str, records: Sequence[Record], path: str) -> Conversation:
+    if source == "pi":
+        from index.sources import pi as module
+    elif source == "claude":
+        from index.sources import claude as module
+    elif source == "codex":
+        from index.sources import codex as module
+    else:
+        raise ValueError(f"unknown session source {source!r}")
+    return module.build(records, path)

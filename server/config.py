@@ -1,0 +1,175 @@
+"""Settings: read once at start-up from the home's config.toml, the environment and flags.
+
+Precedence, highest first: command-line flags, environment variables
+(``CONTEXT_PAGING_<SECTION>_<KEY>``, e.g. ``CONTEXT_PAGING_PAGING_TOKEN_BUDGET``), the home's
+``config.toml``, then the defaults of DESIGN.md. An invalid value falls back to the next source
+with one warning on stderr, as upstream does. Every resolved value remembers where it came from,
+for ``context-paging config``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("context_paging")
+
+DEFAULT_HOME = "~/.local/share/context-paging"
+ENV_HOME = "CONTEXT_PAGING_HOME"
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SAFE_INTEGER:
+        raise ValueError("must be a positive safe integer")
+    return value
+
+
+def _optional_positive_int(value: Any) -> int | None:
+    return None if value is None else _positive_int(value)
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in options:
+            raise ValueError("must be one of " + ", ".join(repr(o) for o in options))
+        return value
+
+    return check
+
+
+def _directory(value: Any) -> Path:
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise ValueError("must be a directory path")
+    return Path(os.path.expanduser(value))
+
+
+# section -> key -> (default, validator)
+SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
+    "paging": {
+        "enabled": (True, _boolean),
+        "token_budget": (128_000, _positive_int),
+        "trim_to_tokens": (None, _optional_positive_int),
+        "estimator": ("tiktoken", _choice("tiktoken", "chars4")),
+    },
+    "distill": {
+        "enabled": (True, _boolean),
+        "judge": ("local", _choice("local", "sampling")),
+    },
+    "sources": {
+        "pi": ("~/.pi/agent/sessions", _directory),
+        "claude_code": ("~/.claude/projects", _directory),
+        "codex": ("~/.codex/sessions", _directory),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    values: dict[str, dict[str, Any]]
+    origins: dict[str, str] = field(default_factory=dict)  # "section.key" -> where it came from
+    warnings: tuple[str, ...] = ()
+
+    def get(self, section: str, key: str) -> Any:
+        return self.values[section][key]
+
+    @property
+    def roots(self) -> dict[str, Path]:
+        """Session roots keyed by source name as used in session references."""
+        sources = self.values["sources"]
+        return {"pi": sources["pi"], "claude": sources["claude_code"], "codex": sources["codex"]}
+
+    @property
+    def paging_enabled(self) -> bool:
+        return bool(self.values["paging"]["enabled"])
+
+
+def _parse_env(raw: str) -> Any:
+    """Environment values are TOML scalars when they parse as one, else plain strings."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def load_settings(
+    home: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Resolve settings. ``overrides`` maps ``"section.key"`` to values given as flags."""
+    environ = os.environ if environ is None else environ
+    overrides = overrides or {}
+    home_path = Path(os.path.expanduser(str(home or environ.get(ENV_HOME) or DEFAULT_HOME)))
+    warnings: list[str] = []
+    file_values = _read_config(home_path / "config.toml", warnings)
+    values: dict[str, dict[str, Any]] = {}
+    origins: dict[str, str] = {}
+    for section, keys in SCHEMA.items():
+        values[section] = {}
+        section_file = file_values.get(section, {})
+        if not isinstance(section_file, dict):
+            warnings.append(f"config.toml: [{section}] must be a table; it was ignored")
+            section_file = {}
+        for key, (default, check) in keys.items():
+            env_name = f"CONTEXT_PAGING_{section}_{key}".upper()
+            layers = [
+                (f"flag --{key.replace('_', '-')}", overrides.get(f"{section}.{key}", _MISSING)),
+                (f"environment {env_name}", _env(environ, env_name)),
+                (f"{home_path / 'config.toml'} [{section}]", section_file.get(key, _MISSING)),
+            ]
+            values[section][key], origins[f"{section}.{key}"] = _first_valid(
+                layers, default, check, f"{section}.{key}", warnings
+            )
+        for unknown in sorted(set(section_file) - set(keys)):
+            warnings.append(f"config.toml: unknown setting [{section}] {unknown} was ignored")
+    for message in warnings:
+        log.warning("%s", message)
+    return Settings(home_path, values, origins, tuple(warnings))
+
+
+_MISSING = object()
+
+
+def _env(environ: Mapping[str, str], name: str) -> Any:
+    return _parse_env(environ[name]) if name in environ else _MISSING
+
+
+def _first_valid(
+    layers: list[tuple[str, Any]],
+    default: Any,
+    check: Callable[[Any], Any],
+    name: str,
+    warnings: list[str],
+) -> tuple[Any, str]:
+    for origin, raw in layers:
+        if raw is _MISSING:
+            continue
+        try:
+            return check(raw), origin
+        except ValueError as exc:
+            warnings.append(f"{name} = {raw!r} from {origin} {exc}; using the next source")
+    return (check(default) if default is not None else None), "default"
+
+
+def _read_config(path: Path, warnings: list[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        warnings.append(f"{path} could not be read ({exc}); using defaults")
+        return {}

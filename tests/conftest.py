@@ -1,0 +1,33 @@
+"""Shared test set-up: fixture paths, and a private CONTEXT_PAGING_HOME for every test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent.parent
+FIXTURES = PROJECT.parent / "shared" / "fixtures" / "sessions"
+
+
+def fixture(name: str) -> Path:
+    """A session fixture by file name (searched in the pi, claude-code and codex folders)."""
+    for folder in ("pi", "claude-code", "codex"):
+        candidate = FIXTURES / folder / name
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(name)
+
+
+ALL_FIXTURES = sorted(p for p in FIXTURES.rglob("*.jsonl"))
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONTEXT_PAGING_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

@@ -1,0 +1,142 @@
+"""The tolerant JSONL reader: pending lines, glued objects, surrogates, damage, incremental reads."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index.jsonl import FileCursor, read_jsonl
+from tests.conftest import ALL_FIXTURES, fixture
+
+
+def write(tmp_path, data: bytes, name: str = "s.jsonl"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_a_partial_last_line_is_pending_and_read_once_complete(tmp_path):
+    path = write(tmp_path, b'{"a": 1}\n{"b": ')
+    first = read_jsonl(path)
+    assert [r.value for r in first.records] == [{"a": 1}]
+    assert first.pending and first.issues == []
+    assert first.end == len(b'{"a": 1}\n') and first.next_line == 2
+    with open(path, "ab") as handle:
+        handle.write(b'2}\n{"c": 3}\n')
+    second = read_jsonl(path, first.end, first.next_line)
+    assert [(r.line, r.value) for r in second.records] == [(2, {"b": 2}), (3, {"c": 3})]
+    assert not second.pending
+
+
+def test_a_complete_object_without_newline_is_accepted(tmp_path):
+    path = write(tmp_path, b'{"a": 1}\n{"b": 2}')
+    chunk = read_jsonl(path)
+    assert [r.value for r in chunk.records] == [{"a": 1}, {"b": 2}]
+    assert not chunk.pending
+
+
+def test_glued_objects_on_one_line_are_both_recovered(tmp_path):
+    path = write(tmp_path, b'{"a": 1}{"b": 2}\n{"c": 3}\n')
+    chunk = read_jsonl(path)
+    assert [(r.line, r.value) for r in chunk.records] == [(1, {"a": 1}), (1, {"b": 2}), (2, {"c": 3})]
+    assert [i.kind for i in chunk.issues] == ["glued_objects"]
+
+
+def test_the_glued_line_of_the_real_pi_fixture_yields_two_objects():
+    path = fixture("pi-v1-real-compaction-with-concatenated-line.jsonl")
+    chunk = read_jsonl(str(path))
+    on_440 = [r for r in chunk.records if r.line == 440]
+    assert len(on_440) == 2
+    assert all(r.value.get("type") == "message" for r in on_440)
+    assert not [i for i in chunk.issues if i.kind == "bad_json"]
+
+
+def test_garbage_is_a_warning_with_line_and_byte_offset(tmp_path):
+    path = write(tmp_path, b'{"a": 1}\nnot json at all\n{"b": 2} trailing\n[1, 2]\n{"c": 3}\n')
+    chunk = read_jsonl(path)
+    assert [r.value for r in chunk.records] == [{"a": 1}, {"b": 2}, {"c": 3}]
+    kinds = [(i.kind, i.line) for i in chunk.issues]
+    assert kinds == [("bad_json", 2), ("bad_json", 3), ("not_an_object", 4)]
+    bad = chunk.issues[0]
+    assert bad.offset == len(b'{"a": 1}\n') and bad.file == path
+    assert chunk.issues[1].offset == len(b'{"a": 1}\nnot json at all\n') + len(b'{"b": 2} ')
+
+
+def test_lone_surrogates_and_invalid_utf8_survive_as_replacement_characters(tmp_path):
+    path = write(tmp_path, b'{"t": "a\\ud800b"}\n{"u": "caf\xe9 \xff"}\n{"ok": "\\ud83d\\ude00"}\n')
+    chunk = read_jsonl(path)
+    values = [r.value for r in chunk.records]
+    assert values[0] == {"t": "a\ufffdb"}
+    assert values[1]["u"].startswith("caf") and "\ufffd" in values[1]["u"]
+    assert values[2] == {"ok": "\U0001F600"}
+    for value in values:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # writable anywhere
+
+
+def test_the_cursor_parses_only_appended_bytes(tmp_path):
+    path = write(tmp_path, b'{"a": 1}\n')
+    cursor = FileCursor(path)
+    first, restarted = cursor.read()
+    assert restarted and first.bytes_parsed == 9
+    with open(path, "ab") as handle:
+        handle.write(b'{"b": 2}\n')
+    second, restarted = cursor.read()
+    assert not restarted
+    assert second.bytes_parsed == 9 and [r.value for r in second.records] == [{"b": 2}]
+    assert cursor.bytes_parsed_total == 18
+
+
+def test_the_cursor_rereads_a_file_that_shrank_or_changed_its_first_line(tmp_path):
+    path = write(tmp_path, b'{"a": 1}\n{"b": 2}\n')
+    cursor = FileCursor(path)
+    cursor.read()
+    write(tmp_path, b'{"a": 1}\n')
+    shrunk, restarted = cursor.read()
+    assert restarted and [r.value for r in shrunk.records] == [{"a": 1}]
+    write(tmp_path, b'{"z": 0}\n{"b": 2}\n{"c": 3}\n')
+    rewritten, restarted = cursor.read()
+    assert restarted and [r.value for r in rewritten.records] == [{"z": 0}, {"b": 2}, {"c": 3}]
+
+
+# --- property: damage never raises and never hides complete lines before it -------------------
+
+_SAMPLES = {p.name: p.read_bytes()[:60_000] for p in ALL_FIXTURES}
+
+
+def _complete_lines(data: bytes, limit: int) -> int:
+    """How many lines of ``data`` end with a newline strictly before byte ``limit``."""
+    return data[:limit].count(b"\n")
+
+
+@st.composite
+def damaged(draw):
+    name = draw(st.sampled_from(sorted(_SAMPLES)))
+    data = _SAMPLES[name]
+    at = draw(st.integers(0, len(data)))
+    kind = draw(st.sampled_from(["truncate", "corrupt", "glue", "insert_garbage"]))
+    if kind == "truncate":
+        damaged_data = data[:at]
+    elif kind == "corrupt":
+        junk = draw(st.binary(min_size=1, max_size=12))
+        damaged_data = data[:at] + junk + data[at + len(junk):]
+    elif kind == "glue":
+        other = _SAMPLES[draw(st.sampled_from(sorted(_SAMPLES)))]
+        damaged_data = data[:at].rstrip(b"\n") + other
+        at = len(data[:at].rstrip(b"\n"))
+    else:
+        damaged_data = data[:at] + draw(st.binary(max_size=40)) + data[at:]
+    return data, damaged_data, at
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damaged())
+def test_damaged_files_never_raise_and_keep_every_complete_line_before_the_damage(tmp_path, case):
+    original, data, at = case
+    baseline = read_jsonl(write(tmp_path, original, "original.jsonl"))
+    chunk = read_jsonl(write(tmp_path, data, "damaged.jsonl"))
+    intact = _complete_lines(original, at)
+    before = [(r.line, r.offset, r.value) for r in baseline.records if r.line <= intact]
+    after = [(r.line, r.offset, r.value) for r in chunk.records if r.line <= intact]
+    assert after == before
