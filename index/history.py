@@ -256,3 +256,21 @@ def content_text(blocks: Iterable[Block]) -> str:
 def preview(item: HistoryItem) -> str:
     """Collapsed public text of the request or the assistant message, first 160 characters."""
     return _SPACES.sub(" ", content_text(item.message.content)).strip()[:PREVIEW_CHARS]
+
+
+def search_text(item: HistoryItem) -> str:
+    """The text an item is found by (specs/paging.md §3.2), public blocks only, images as a marker.
+
+    Model turns add each call's name and arguments, every result's text, and every file path with
+    its segments, so ``needle.ts`` finds a turn that read ``src/needle.ts``.
+    """
+    parts = [content_text(item.message.content)]
+    if item.kind == "model_turn":
+        for call in item.message.tool_calls:
+            parts.append(call.name)
+        for result in item.tool_results:
+            parts.append(content_text(result.content))
+        for path in item.files:
+            parts.append(path)
+            parts.extend(segment for segment in re.split(r"[/\\]", path) if segment)
+    return "\n".join(part for part in parts if part)

@@ -52,6 +52,83 @@ def _size(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 
+def _history(settings: Settings):
+    from index.service import History
+
+    return History(settings.roots, settings.home)
+
+
+def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from server.mcp_server import create_server
+
+    create_server(settings).run()
+    return 0
+
+
+def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    history = _history(settings)
+    try:
+        reply = history.search(
+            args.query, args.session, args.scope, args.file or (), args.tool or (),
+            args.failed, args.limit, progress=_progress_bar(),
+        )
+    finally:
+        history.close()
+    if not reply.references:
+        print(f"No match for {args.query!r}.")
+        return 1
+    for ref in reply.references:
+        flags = " failed" if ref["failed"] else ""
+        tools = f" [{', '.join(ref['tools'][:4])}]" if ref["tools"] else ""
+        print(f"{ref['session']}  {ref['history_id']}  #{ref['sequence']} {ref['kind']}{flags}"
+              f"{tools}\n    {ref['preview']}")
+    if reply.note:
+        print(reply.note)
+    return 0
+
+
+def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
+    history = _history(settings)
+    try:
+        if args.all:
+            changed = history.index_all(_progress_bar())
+            print(f"Index up to date: {changed} session(s) added or updated.")
+        else:
+            ref = history.resolve_default(args.session)
+            result = history.ensure_indexed(ref)
+            print(f"{ref}: " + ("already up to date." if result is None else
+                                f"{result.added} added, {result.updated} updated, "
+                                f"{result.removed} removed."))
+    finally:
+        history.close()
+    return 0
+
+
+def _progress_bar():
+    """A one-line progress bar on stderr (a terminal only; nothing when piped)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: float, total: float | None, message: str) -> None:
+        if not total:
+            return
+        width = 30
+        filled = int(width * done / total)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} "
+                         f"{message[:50]:<50}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from server.demo import run_demo
+
+    return run_demo(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="context-paging",
@@ -67,6 +144,27 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--project", help="only sessions whose working directory is this path")
     sessions.add_argument("--limit", type=int, default=50)
     sessions.set_defaults(run=_cmd_sessions)
+
+    serve = commands.add_parser("serve", help="run the MCP server over stdio")
+    serve.set_defaults(run=_cmd_serve)
+
+    search = commands.add_parser("search", help="search session history")
+    search.add_argument("query")
+    search.add_argument("--session", help="session reference (default: this directory's newest)")
+    search.add_argument("--scope", choices=("session", "project", "all"), default="session")
+    search.add_argument("--file", action="append", help="only turns that touched this path")
+    search.add_argument("--tool", action="append", help="only turns that called this tool")
+    search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None)
+    search.add_argument("--limit", type=int, default=5, choices=range(1, 11), metavar="1-10")
+    search.set_defaults(run=_cmd_search)
+
+    index = commands.add_parser("index", help="bring the search index up to date")
+    index.add_argument("--session", help="session reference (default: this directory's newest)")
+    index.add_argument("--all", action="store_true", help="every session under the roots")
+    index.set_defaults(run=_cmd_index)
+
+    demo = commands.add_parser("demo", help="run the main job on bundled sample data")
+    demo.set_defaults(run=_cmd_demo)
     return parser
 
 
@@ -81,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Command = args.run
     try:
         return run(args, settings)
-    except SessionRefError as exc:
+    except (SessionRefError, ValueError) as exc:
         print(f"context-paging: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

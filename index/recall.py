@@ -1,0 +1,188 @@
+"""``recall``: the exact original of a tool output or an exchange (specs/distill.md §8).
+
+The text is line-numbered when filtered by ``pattern``; ``offset`` (1-based) and ``limit`` count
+lines (matching lines with a pattern); at most 2,000 lines and 50 KB go out per call, and a cut
+reply ends with the exact offset to continue from. Patterns come from the model, so they run
+under a time limit (the ``regex`` module's per-call timeout, against one shared deadline) and are
+refused when longer than 500 characters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import regex
+
+from index.history import HistoryItem, is_recovery_tool
+from index.model import ImageBlock, Message, TextBlock
+from index.navigator import NavigatorError, dumps
+
+MAX_LINES = 2_000
+MAX_BYTES = 50 * 1024
+MAX_PATTERN = 500
+PATTERN_LINE_CHARS = 4_000
+PATTERN_SECONDS = 1.0
+MAX_IMAGES = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    text: str
+    images: tuple[ImageBlock, ...] = ()
+
+
+def find_original(items: Sequence[HistoryItem], *, tool_call_id: str | None = None,
+                  history_id: str | None = None) -> tuple[str, list[ImageBlock]]:
+    """The original text (and images) of a tool output or of an exchange."""
+    if (tool_call_id is None) == (history_id is None):
+        raise NavigatorError("RECALL_ARGUMENTS", "give exactly one of tool_call_id or history_id")
+    if tool_call_id is not None:
+        for item in reversed(items):
+            result = item.result_for(tool_call_id) if item.kind == "model_turn" else None
+            if result is not None:
+                call = item.call(tool_call_id)
+                if is_recovery_tool(result.tool_name or "") or (call and is_recovery_tool(call.name)):
+                    raise NavigatorError(
+                        "RECOVERY_TOOL_OUTPUT",
+                        "that is the output of a recovery tool; recall the original instead",
+                    )
+                return _text_of(result), [b for b in result.content if isinstance(b, ImageBlock)]
+        raise NavigatorError(
+            "UNKNOWN_TOOL_CALL_ID",
+            f"no tool output with tool_call_id {tool_call_id!r} in this session; use the id "
+            "named in the notice or a search_history reference",
+        )
+    start = next((i for i, item in enumerate(items) if item.history_id == history_id), None)
+    if start is None:
+        raise NavigatorError(
+            "UNKNOWN_HISTORY_ID", f"no history item {history_id!r} in this session"
+        )
+    end = start + 1
+    if items[start].kind == "user":
+        while end < len(items) and items[end].kind != "user":
+            end += 1
+    return _transcript(items[start:end])
+
+
+def _text_of(message: Message) -> str:
+    return "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
+
+
+def _transcript(items: Sequence[HistoryItem]) -> tuple[str, list[ImageBlock]]:
+    sections: list[str] = []
+    images: list[ImageBlock] = []
+    for item in items:
+        message = item.message
+        role = "user" if item.kind == "user" else "assistant"
+        text = _text_of(message)
+        pictures = [b for b in message.content if isinstance(b, ImageBlock)]
+        images.extend(pictures)
+        lines = [f"## {role}"] + ([text] if text else [])
+        lines += [f"[tool call] {c.name} {dumps(c.arguments)}" for c in message.tool_calls]
+        if pictures:
+            lines.append(f"[{len(pictures)} image(s), attached below]")
+        sections.append("\n".join(lines))
+        for result in item.tool_results:
+            body = _text_of(result)
+            shots = sum(isinstance(b, ImageBlock) for b in result.content)
+            lines = [f"## tool result ({result.tool_name or 'tool'})"] + ([body] if body else [])
+            if shots:
+                lines.append(
+                    f'[{shots} image(s): recall({{"tool_call_id":"{result.tool_call_id}"}}) '
+                    "shows them]"
+                )
+            sections.append("\n".join(lines))
+    return "\n\n".join(sections), images
+
+
+def recall_text(
+    text: str,
+    images: Sequence[ImageBlock] = (),
+    *,
+    pattern: str | None = None,
+    offset: int | None = None,
+    limit: int | None = None,
+) -> Recalled:
+    lines = text.split("\n")
+    numbered = list(enumerate(lines, 1))
+    what = "lines"
+    if pattern is not None:
+        numbered = _matching(numbered, pattern)
+        what = "matching lines"
+        if not numbered:
+            return Recalled(f"No line of the original output ({len(lines)} lines) matches "
+                            f"/{pattern}/.")
+    start = max(0, (offset or 1) - 1)
+    count = min(limit, MAX_LINES) if limit and limit > 0 else MAX_LINES
+    window = numbered[start : start + count]
+    if not window:
+        raise NavigatorError(
+            "RECALL_OFFSET",
+            f"offset {offset} is beyond the end ({len(numbered)} {what})",
+        )
+    out: list[str] = []
+    used = 0
+    cut_note = None
+    for n, line in window:
+        rendered = f"{n}: {line}" if pattern is not None else line
+        size = len(rendered.encode("utf-8")) + 1
+        if used + size > MAX_BYTES:
+            if not out:
+                rendered = rendered.encode("utf-8")[: MAX_BYTES - 1].decode("utf-8", "ignore")
+                out.append(rendered)
+                cut_note = f"[line {n} cut at 50KB]"
+            break
+        out.append(rendered)
+        used += size
+    shown = len(out)
+    body = "\n".join(out)
+    if cut_note:
+        body += "\n" + cut_note
+    first = start + 1
+    last = start + shown
+    if first > 1 or last < len(numbered) or cut_note:
+        body += (
+            f"\n\n[Showing {what} {first}–{last} of {len(numbered)}. "
+            f"Use offset={last + 1} to continue.]"
+            if last < len(numbered) else f"\n\n[Showing {what} {first}–{last} of {len(numbered)}.]"
+        )
+    attached: tuple[ImageBlock, ...] = ()
+    if images:
+        if pattern is None and (offset or 1) <= 1:
+            attached = tuple(images[:MAX_IMAGES])
+            if len(images) > len(attached):
+                body += f"\n[{len(images)} image(s) in the original, {len(attached)} attached]"
+        else:
+            body += (
+                f"\n[{len(images)} image(s) in the original; recall without pattern/offset "
+                "to see them]"
+            )
+    return Recalled(body, attached)
+
+
+def _matching(numbered: list[tuple[int, str]], pattern: str) -> list[tuple[int, str]]:
+    if len(pattern) > MAX_PATTERN:
+        raise NavigatorError(
+            "RECALL_PATTERN", f"pattern is {len(pattern)} characters; the limit is {MAX_PATTERN}"
+        )
+    try:
+        compiled = regex.compile(pattern)
+    except regex.error as exc:
+        raise NavigatorError("RECALL_PATTERN", f"invalid pattern /{pattern}/: {exc}") from None
+    deadline = time.monotonic() + PATTERN_SECONDS
+    found = []
+    for n, line in numbered:
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            if compiled.search(line[:PATTERN_LINE_CHARS], timeout=remaining):
+                found.append((n, line))
+        except TimeoutError:
+            raise NavigatorError(
+                "RECALL_PATTERN",
+                f"pattern /{pattern}/ took longer than {PATTERN_SECONDS:g} s; use a simpler one",
+            ) from None
+    return found

@@ -1,0 +1,220 @@
+"""The recovery operations over all sessions: what the MCP tools and the CLI call.
+
+:class:`History` composes the session catalog (files → items), the persistent search index and
+one :class:`~index.navigator.Navigator` per session. Every operation refreshes the session it
+touches first (only appended bytes are parsed), so search sees what was written a moment ago.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from index.catalog import Catalog, SessionSummary
+from index.discovery import SessionFileRef, SessionRefError, iter_session_files, resolve
+from index.history import HistoryItem
+from index.navigator import Navigator, NavigatorError, compact_references
+from index.recall import Recalled, find_original, recall_text
+from index.sessions import SessionFile, UnknownFormat
+from index.store import SearchIndex, SyncResult, doc_for
+
+log = logging.getLogger("context_paging")
+
+Progress = Callable[[float, float | None, str], None]
+LOADED_BY_SEARCH = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SearchReply:
+    references: list[dict[str, Any]]
+    items: list[dict[str, Any]] | None
+    unloaded_history_ids: list[str] | None
+    note: str | None
+    indexed_sessions: int
+
+
+class History:
+    def __init__(self, roots: Mapping[str, Path | None], home: Path) -> None:
+        self.catalog = Catalog(roots)
+        self.home = home
+        self._store: SearchIndex | None = None
+        self._navigators: dict[str, tuple[object, Navigator]] = {}
+        self.current_session: str | None = None
+        self.ledger: Any = None  # set by the server when select_context is available
+
+    @property
+    def store(self) -> SearchIndex:
+        if self._store is None:
+            self._store = SearchIndex(self.home / "index")
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def _open(self, ref: str) -> tuple[str, str, Sequence[HistoryItem], dict[str, Any]]:
+        """(canonical ref, cwd, raw items, file state) of a session reference."""
+        if ref.startswith("ledger:"):
+            if self.ledger is None:
+                raise SessionRefError(f"no ledger session {ref!r}: select_context was never called")
+            return self.ledger.open(ref)
+        found = resolve(ref, self.catalog.roots)
+        return self._open_file(found)
+
+    def _open_file(self, found: SessionFileRef) -> tuple[str, str, Sequence[HistoryItem], dict]:
+        try:
+            session = self.catalog.open(found)
+            items = session.projection.items
+        except UnknownFormat as exc:
+            raise SessionRefError(str(exc)) from None
+        return found.ref, session.info.cwd or "", items, _file_state(session)
+
+    def navigator(self, ref: str | None) -> Navigator:
+        canonical, _, items, _ = self._open(self.resolve_default(ref))
+        cached = self._navigators.get(canonical)
+        if cached is None or cached[0] is not items:
+            cached = (items, Navigator(canonical, items))
+            self._navigators[canonical] = cached
+        return cached[1]
+
+    def resolve_default(self, ref: str | None) -> str:
+        """The given reference, else the current select_context session, else this directory's."""
+        if ref:
+            return ref
+        if self.current_session:
+            return self.current_session
+        cwd = os.getcwd()
+        files = sorted(
+            iter_session_files(self.catalog.roots),
+            key=lambda f: f.path.stat().st_mtime_ns,
+            reverse=True,
+        )
+        for found in files:
+            try:
+                if self.catalog.open(found).info.cwd == cwd:
+                    return found.ref
+            except (OSError, UnknownFormat):
+                continue
+        raise SessionRefError(
+            "no session given, select_context has not been called, and no session ran in "
+            f"{cwd}; pass session (for example 'claude:<id>' from list_sessions)"
+        )
+
+    def list_sessions(
+        self, source: str | None = None, project: str | None = None, limit: int = 20
+    ) -> list[SessionSummary]:
+        return self.catalog.summaries(source, project)[:limit]
+
+    # --- indexing -------------------------------------------------------------------------
+
+    def ensure_indexed(self, ref: str | SessionFileRef) -> SyncResult | None:
+        opened = self._open_file(ref) if isinstance(ref, SessionFileRef) else self._open(ref)
+        canonical, cwd, items, state = opened
+        if self.store.file_state(canonical) == state:
+            return None
+        return self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
+
+    def index_all(self, progress: Progress | None = None) -> int:
+        """Bring every session under the roots (and the ledger) into the index."""
+        refs: list[str | SessionFileRef] = list(iter_session_files(self.catalog.roots))
+        if self.ledger is not None:
+            refs += self.ledger.sessions()
+        changed = 0
+        for done, ref in enumerate(refs):
+            if progress:
+                progress(done, len(refs), f"indexing {ref}")
+            try:
+                if self.ensure_indexed(ref) is not None:
+                    changed += 1
+            except (SessionRefError, OSError) as exc:
+                log.warning("not indexed: %s: %s", ref, exc)
+        if progress:
+            progress(len(refs), len(refs), "index up to date")
+        return changed
+
+    # --- the recovery operations ----------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        session: str | None = None,
+        scope: str = "session",
+        files: Sequence[str] = (),
+        tools: Sequence[str] = (),
+        failed: bool | None = None,
+        limit: int = 5,
+        load: bool = False,
+        progress: Progress | None = None,
+    ) -> SearchReply:
+        ref = self.resolve_default(session)
+        canonical, cwd, _, _ = self._open(ref)
+        if scope == "session":
+            if progress:
+                progress(0, 1, f"indexing {canonical}")
+            self.ensure_indexed(canonical)
+            sessions, project = [canonical], None
+        else:
+            self.index_all(progress)
+            sessions, project = None, (cwd or None) if scope == "project" else None
+            if scope == "project" and not cwd:
+                raise NavigatorError(
+                    "NO_PROJECT", f"{canonical} has no working directory; use scope 'all'"
+                )
+        hits = self.store.search(
+            query, sessions=sessions, project=project, files=files, tools=tools,
+            failed=failed, limit=limit,
+        )
+        references = []
+        for hit in hits:
+            reference = self.navigator(hit.session).reference_for(hit.history_id)
+            if reference is not None:
+                references.append(reference)
+        references, note = compact_references(references)
+        items = unloaded = None
+        if load:
+            items = [
+                self.navigator(r["session"]).load([r["history_id"]])[0]
+                for r in references[:LOADED_BY_SEARCH]
+            ]
+            unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
+        return SearchReply(references, items, unloaded, note, len(sessions or []))
+
+    def browse(self, session: str | None, **kwargs: Any) -> tuple[list[dict[str, Any]], str | None]:
+        return compact_references(self.navigator(session).browse(**kwargs))
+
+    def load(self, session: str | None, history_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return self.navigator(session).load(history_ids)
+
+    def read_output(self, session: str | None, **kwargs: Any) -> dict[str, Any]:
+        return self.navigator(session).read_output(**kwargs)
+
+    def recall(
+        self,
+        session: str | None,
+        tool_call_id: str | None = None,
+        history_id: str | None = None,
+        pattern: str | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+    ) -> Recalled:
+        items = self.navigator(session).raw
+        text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
+        return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
+
+
+def _file_state(session: SessionFile) -> dict[str, Any]:
+    cursor = session.cursor
+    return {
+        "path": cursor.path,
+        "size": cursor.size,
+        "mtime_ns": cursor.mtime_ns,
+        "inode": cursor.inode,
+        "head": cursor.head,
+    }

@@ -1,0 +1,306 @@
+"""The MCP server: tool declarations over ``index.service.History``, nothing more.
+
+Each tool parses its arguments (pydantic does the bounds), runs one History operation in a worker
+thread (the index and session files are blocking I/O), and renders through :func:`_reply`: the
+model reads compact JSON text, the host gets the same value as structured content. Anticipated
+failures come back as tool errors whose text starts with an error code and names the bad value.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from index.discovery import SessionRefError
+from index.navigator import NavigatorError, dumps
+from index.service import History
+from index.store import IndexBusy
+from server.config import Settings
+
+log = logging.getLogger("context_paging")
+T = TypeVar("T")
+
+INSTRUCTIONS = """\
+This server keeps the exact history of coding-agent sessions (Pi, Claude Code, Codex, and \
+conversations a host sent through select_context). When older context has left your window \
+(a context-paging notice says so), or you need an exact earlier detail — a file path, an error \
+message, a command's output, a decision — do not guess: use search_history to find it, \
+browse_history to walk around a hit, load_history for whole items, read_context_output for long \
+outputs page by page, and recall for the original of a tool output that was shortened. Replies \
+are compact; each one says how to get more."""
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+SessionArg = Annotated[
+    str | None,
+    Field(
+        description="Session reference: 'claude:<id>', 'pi:<id>', 'codex:<id>', 'ledger:<id>', a "
+        "bare id, or a path inside a session root. Default: the session select_context last saw, "
+        "else the newest session run in the server's working directory.",
+        max_length=4096,
+    ),
+]
+HistoryId = Annotated[str, Field(max_length=128, description="A history_id from a reference.")]
+
+
+class Reference(BaseModel):
+    history_id: str
+    session: str
+    sequence: int = Field(description="Position among the session's visible items (0 = oldest)")
+    kind: Literal["user", "model_turn"]
+    timestamp: str
+    preview: str
+    tools: list[str]
+    files: list[str]
+    failed: bool
+    previous_history_id: str | None
+    next_history_id: str | None
+
+
+class SearchResult(BaseModel):
+    references: list[Reference]
+    items: list[dict[str, Any]] | None = None
+    unloaded_history_ids: list[str] | None = None
+    note: str | None = None
+
+
+class BrowseResult(BaseModel):
+    references: list[Reference]
+    note: str | None = None
+
+
+class LoadResult(BaseModel):
+    items: list[dict[str, Any]]
+
+
+class OutputPage(BaseModel):
+    offset: int
+    next_offset: int | None
+    total_characters: int
+    text: str
+
+
+class RecallResult(BaseModel):
+    text: str
+    images: int = Field(description="How many images follow the text as image content")
+
+
+class SessionEntry(BaseModel):
+    ref: str
+    title: str | None
+    cwd: str | None
+    created: str | None
+    updated: str | None
+    size: int
+    format: str
+    parent: str | None
+
+
+class SessionsResult(BaseModel):
+    sessions: list[SessionEntry]
+
+
+class ToolFailure(Exception):
+    """An anticipated failure, shown to the model as ``CODE: message``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+
+
+def _reply(model: BaseModel, extra: list[Any] | None = None) -> CallToolResult:
+    value = model.model_dump(exclude_none=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=dumps(value)), *(extra or [])],
+        structured_content=value,
+    )
+
+
+def _error(exc: Exception) -> CallToolResult:
+    return CallToolResult(is_error=True, content=[TextContent(type="text", text=str(exc))])
+
+
+def create_server(settings: Settings, history: History | None = None) -> MCPServer:
+    history = history or History(settings.roots, settings.home)
+    lock = threading.Lock()
+    server = MCPServer("context-paging", instructions=INSTRUCTIONS, version="0.1.0",
+                       log_level="WARNING")
+    server.history = history  # type: ignore[attr-defined]  # for tests and the ledger
+
+    async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking History call in a worker thread, one at a time, mapping errors."""
+        if not settings.paging_enabled:
+            raise ToolFailure("DISABLED", "context paging is disabled in this server's settings")
+
+        def locked() -> T:
+            with lock:
+                return fn(*args, **kwargs)
+
+        try:
+            return await anyio.to_thread.run_sync(locked)
+        except NavigatorError as exc:
+            raise ToolFailure(exc.code, str(exc)) from None
+        except SessionRefError as exc:
+            raise ToolFailure("UNKNOWN_SESSION", str(exc)) from None
+        except IndexBusy as exc:
+            raise ToolFailure("INDEX_BUSY", str(exc)) from None
+
+    def tool(title: str):
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+                try:
+                    return await fn(*args, **kwargs)
+                except ToolFailure as exc:
+                    return _error(exc)
+
+            server.tool(title=title, annotations=READ_ONLY)(wrapper)
+            return fn
+
+        return register
+
+    def progress_reporter(ctx: Context) -> Callable[[float, float | None, str], None]:
+        def report(done: float, total: float | None, message: str) -> None:
+            try:
+                anyio.from_thread.run(ctx.report_progress, done, total, message)
+            except Exception:  # progress is best effort; a closed stream must not fail the call
+                log.debug("progress not delivered", exc_info=True)
+
+        return report
+
+    @tool("Search History")
+    async def search_history(
+        query: Annotated[str, Field(max_length=200, description="Words, identifiers, paths or "
+                                    "error text to find. Empty string lists items oldest first.")],
+        ctx: Context,
+        session: SessionArg = None,
+        scope: Annotated[Literal["session", "project", "all"], Field(
+            description="session: one session; project: every session with the same working "
+            "directory; all: every session")] = "session",
+        files: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(
+            max_length=10, description="Only turns that touched every one of these exact paths")
+        ] = None,
+        tools: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(
+            max_length=10, description="Only turns that called every one of these tools")] = None,
+        failed: Annotated[bool | None, Field(description="Only failed (true) or successful "
+                                             "(false) items")] = None,
+        limit: Annotated[int, Field(ge=1, le=10)] = 5,
+        load: Annotated[bool, Field(description="Also return the first three items in full")] = False,
+    ) -> Annotated[CallToolResult, SearchResult]:
+        """Find earlier items of a session by words, identifiers, paths or error text (BM25).
+        Returns compact references (history_id, preview, tools, files); with load=true also the
+        first three items in full. Follow up with load_history, browse_history or
+        read_context_output."""
+        reply = await run(
+            history.search, query, session, scope, files or (), tools or (), failed, limit, load,
+            progress_reporter(ctx),
+        )
+        return _reply(SearchResult(
+            references=[Reference(**r) for r in reply.references], items=reply.items,
+            unloaded_history_ids=reply.unloaded_history_ids, note=reply.note,
+        ))
+
+    @tool("Browse History")
+    async def browse_history(
+        direction: Annotated[Literal["backward", "forward", "around"], Field(
+            description="backward: older items; forward: newer; around: both sides")],
+        history_id: Annotated[str | None, Field(max_length=128, description="Anchor item")] = None,
+        sequence: Annotated[int | None, Field(ge=0, le=1_000_000, description="Anchor by "
+                                              "position instead of history_id")] = None,
+        count: Annotated[int, Field(ge=1, le=10)] = 5,
+        stride: Annotated[int, Field(ge=1, le=10, description="Step between items")] = 1,
+        session: SessionArg = None,
+    ) -> Annotated[CallToolResult, BrowseResult]:
+        """Walk a session's history from an anchor (or from the newest/oldest end without one) and
+        return compact references. Use load_history for whole items."""
+        references, note = await run(
+            history.browse, session, direction=direction, history_id=history_id,
+            sequence=sequence, count=count, stride=stride,
+        )
+        return _reply(BrowseResult(references=[Reference(**r) for r in references], note=note))
+
+    @tool("Load History")
+    async def load_history(
+        history_ids: Annotated[list[HistoryId], Field(min_length=1, max_length=3)],
+        session: SessionArg = None,
+    ) -> Annotated[CallToolResult, LoadResult]:
+        """Return up to three history items exactly, in the order asked. Private blocks
+        (thinking) are null at their original content index. For long outputs use
+        read_context_output."""
+        items = await run(history.load, session, history_ids)
+        return _reply(LoadResult(items=items))
+
+    @tool("Read Context Output")
+    async def read_context_output(
+        history_id: HistoryId,
+        source: Literal["assistant", "tool_result"],
+        content_index: Annotated[int | None, Field(ge=0, description="For source 'assistant': "
+                                                   "the block's original index")] = None,
+        tool_call_id: Annotated[str | None, Field(max_length=256, description="For source "
+                                                  "'tool_result'")] = None,
+        offset: Annotated[int, Field(ge=0)] = 0,
+        limit: Annotated[int, Field(ge=1, le=2000)] = 2000,
+        session: SessionArg = None,
+    ) -> Annotated[CallToolResult, OutputPage]:
+        """Read one assistant block or one whole tool result as exact JSON, one page at a time.
+        Repeat with offset=next_offset until next_offset is null."""
+        page = await run(
+            history.read_output, session, history_id=history_id, source=source,
+            content_index=content_index, tool_call_id=tool_call_id, offset=offset, limit=limit,
+        )
+        return _reply(OutputPage(**page))
+
+    @tool("Recall")
+    async def recall(
+        tool_call_id: Annotated[str | None, Field(max_length=256, description="The tool output "
+                                                  "to return")] = None,
+        history_id: Annotated[str | None, Field(max_length=128, description="An exchange to "
+                                                "return as a transcript")] = None,
+        pattern: Annotated[str | None, Field(max_length=500, description="Regular expression: "
+                                             "only matching lines, numbered")] = None,
+        offset: Annotated[int | None, Field(ge=1, description="First line (1-based); with a "
+                                            "pattern, counts matching lines")] = None,
+        limit: Annotated[int | None, Field(ge=1, le=2000, description="Lines to return")] = None,
+        session: SessionArg = None,
+    ) -> Annotated[CallToolResult, RecallResult]:
+        """Return the original text of a tool output (or of an exchange) that was shortened or
+        left the window. At most 2,000 lines or 50 KB per call; the reply says how to continue.
+        Images come back as images."""
+        recalled = await run(
+            history.recall, session, tool_call_id=tool_call_id, history_id=history_id,
+            pattern=pattern, offset=offset, limit=limit,
+        )
+        images = [
+            ImageContent(type="image", data=image.data, mime_type=image.mime)
+            for image in recalled.images if image.data
+        ]
+        result = RecallResult(text=recalled.text, images=len(images))
+        return CallToolResult(
+            content=[TextContent(type="text", text=recalled.text), *images],
+            structured_content=result.model_dump(),
+        )
+
+    @tool("List Sessions")
+    async def list_sessions(
+        source: Literal["pi", "claude", "codex"] | None = None,
+        project: Annotated[str | None, Field(max_length=4096, description="Only sessions whose "
+                                             "working directory is this path or under it")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+    ) -> Annotated[CallToolResult, SessionsResult]:
+        """List Pi, Claude Code and Codex sessions, newest first, with the reference to pass as
+        session to the other tools."""
+        summaries = await run(history.list_sessions, source, project, limit)
+        return _reply(SessionsResult(sessions=[
+            SessionEntry(**{k: v for k, v in s.as_dict().items() if k in SessionEntry.model_fields})
+            for s in summaries
+        ]))
+
+    return server
