@@ -26,6 +26,9 @@ _CHUNK = 8 << 20
 _HEAD_BYTES = 4096
 _decoder = json.JSONDecoder()
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Only a \uD800–\uDFFF escape can put a surrogate into a parsed string; valid pairs are joined by
+# the parser, so a line that has such an escape gets the (costly) deep clean, no other line does.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +86,6 @@ def _clean_value(value: Any) -> Any:
     return value
 
 
-def _has_surrogate_escape(raw: bytes) -> bool:
-    # Cheap byte test before the costly deep clean: only \uD800–\uDFFF escapes can produce one.
-    start = raw.find(b"\\u")
-    while start != -1:
-        nibble = raw[start + 2 : start + 3].lower()
-        if nibble == b"d" and raw[start + 3 : start + 4].lower() in b"89abcdef":
-            return True
-        start = raw.find(b"\\u", start + 2)
-    return False
-
-
 def parse_line(raw: bytes, path: str, line: int, offset: int) -> tuple[list[Any], list[Issue]]:
     """Every JSON value on one line; glued objects are split, garbage becomes issues."""
     try:
@@ -102,7 +94,7 @@ def parse_line(raw: bytes, path: str, line: int, offset: int) -> tuple[list[Any]
         values, issues = _parse_glued(raw, path, line, offset)
     else:
         values, issues = [value], []
-    if b"\\u" in raw and _has_surrogate_escape(raw):
+    if _SURROGATE_ESCAPE.search(raw):
         values = [_clean_value(v) for v in values]
     return values, issues
 
@@ -139,36 +131,30 @@ def read_jsonl(path: str, start: int = 0, first_line: int = 1) -> Chunk:
     issues: list[Issue] = []
     line, offset = first_line, start
     pending = False
-    buffer = b""
-    with open(path, "rb") as handle:
+    with open(path, "rb", buffering=_CHUNK) as handle:
         handle.seek(start)
-        while True:
-            block = handle.read(_CHUNK)
-            if not block:
+        for raw in handle:
+            if raw[-1:] != b"\n":  # the last line, still being written or just unterminated
+                if raw.isspace():
+                    offset += len(raw)
+                    break
+                tail = _parse_tail(raw)
+                if tail is None:
+                    pending = True
+                else:
+                    records.append(Record(line, offset, tail))
+                    offset += len(raw)
                 break
-            buffer += block
-            pieces = buffer.split(b"\n")
-            buffer = pieces.pop()
-            for raw in pieces:
-                _consume(raw, path, line, offset, records, issues)
-                offset += len(raw) + 1
-                line += 1
-    if buffer.strip():
-        tail = _parse_tail(buffer)
-        if tail is None:
-            pending = True
-        else:
-            records.append(Record(line, offset, tail))
-            offset += len(buffer)
-    elif buffer:
-        offset += len(buffer)
+            _consume(raw, path, line, offset, records, issues)
+            offset += len(raw)
+            line += 1
     return Chunk(records, issues, offset, line, offset - start, pending)
 
 
 def _consume(
     raw: bytes, path: str, line: int, offset: int, records: list[Record], issues: list[Issue]
 ) -> None:
-    if not raw.strip():
+    if not raw or raw.isspace():
         return
     values, line_issues = parse_line(raw, path, line, offset)
     issues.extend(line_issues)
