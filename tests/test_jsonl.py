@@ -140,3 +140,17 @@ def test_damaged_files_never_raise_and_keep_every_complete_line_before_the_damag
     before = [(r.line, r.offset, r.value) for r in baseline.records if r.line <= intact]
     after = [(r.line, r.offset, r.value) for r in chunk.records if r.line <= intact]
     assert after == before
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damaged())
+def test_damaged_session_files_load_into_history_without_an_exception(tmp_path, case):
+    from index.sessions import UnknownFormat, load
+
+    _, data, _ = case
+    session = load(write(tmp_path, data, "damaged-session.jsonl"))
+    try:
+        items = session.projection.items
+    except UnknownFormat:
+        return  # nothing recognisable is left of the file: a clear error, not a crash
+    assert all(item.history_id for item in items)

@@ -535,3 +535,16 @@ def _id_from_name(path: str) -> str:
 
 def _string(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def agent_message(
+    message_id: str, body: dict[str, Any], names: dict[str, str], timestamp: str = ""
+) -> Message | None:
+    """One Pi AgentMessage dict as a Message (None for roles that are not history).
+
+    Used for conversations a host sends in Pi format (the ledger). ``names`` maps call ids to tool
+    names across calls, for results that do not store their tool name.
+    """
+    entry = Entry(message_id, None, "message", {"timestamp": timestamp, "message": body}, 0, 0)
+    stats = dict.fromkeys((*_PATH_COUNTERS, "custom_messages"), 0)
+    return _message(entry, body, names, stats, _Log(""))
