@@ -1,0 +1,130 @@
+"""Messages a host sends through ``select_context`` (Anthropic, OpenAI, Pi) as history Messages.
+
+Used for the ledger: each stored host message becomes zero or more Messages with ids derived
+from its ledger id. An Anthropic user message carrying tool results becomes one ``tool_result``
+Message per result (``<id>.r<k>``), followed by the user text, if any, under the message's own
+id. Thinking is hidden exactly as in the session sources.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+from index.sources.pi import agent_message
+
+_STOPS = {"end_turn": "stop", "stop": "stop", "tool_use": "tool_use", "tool_calls": "tool_use",
+          "max_tokens": "length", "length": "length", "aborted": "aborted", "error": "error",
+          "cancelled": "aborted", "interrupted": "aborted"}
+
+
+def host_messages(
+    message: dict[str, Any], fmt: str, message_id: str, names: dict[str, str], timestamp: str = ""
+) -> list[Message]:
+    if fmt == "pi":
+        converted = agent_message(message_id, message, names, timestamp)
+        return [converted] if converted is not None else []
+    if fmt == "anthropic":
+        return _anthropic(message, message_id, names, timestamp)
+    return _openai(message, message_id, names, timestamp)
+
+
+def _image(block: dict[str, Any]) -> ImageBlock:
+    source = block.get("source")
+    if isinstance(source, dict):
+        return ImageBlock(str(source.get("media_type", "")), str(source.get("data", "") or ""),
+                          source.get("url") if isinstance(source.get("url"), str) else None)
+    url = block.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    if isinstance(url, str) and url.startswith("data:") and "," in url:
+        head, data = url.split(",", 1)
+        return ImageBlock(head[5:].split(";")[0], data)
+    return ImageBlock("", "", url if isinstance(url, str) else None)
+
+
+def _content_blocks(content: Any) -> tuple[Block, ...]:
+    if isinstance(content, str):
+        return (TextBlock(content),)
+    blocks: list[Block] = []
+    for block in content if isinstance(content, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            blocks.append(TextBlock(block["text"]))
+        elif kind in ("image", "image_url"):
+            blocks.append(_image(block))
+        elif isinstance(block, dict):
+            blocks.append(TextBlock(json.dumps(block, ensure_ascii=False)))
+    return tuple(blocks)
+
+
+def _stop(message: dict[str, Any], has_calls: bool) -> str:
+    for key in ("stop_reason", "finish_reason", "stopReason", "status"):
+        value = message.get(key)
+        if isinstance(value, str) and value in _STOPS:
+            return _STOPS[value]
+    return "tool_use" if has_calls else "stop"
+
+
+def _anthropic(message: dict, message_id: str, names: dict[str, str], ts: str) -> list[Message]:
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+    if message.get("role") == "assistant":
+        out: list[Block] = []
+        for block in blocks:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind in ("tool_use", "server_tool_use") and isinstance(block.get("id"), str):
+                names[block["id"]] = str(block.get("name", ""))
+                out.append(ToolCall(block["id"], str(block.get("name", "")), block.get("input")))
+            elif kind == "text" and isinstance(block.get("text"), str):
+                out.append(TextBlock(block["text"]))
+            elif kind == "thinking":
+                out.append(HiddenBlock("thinking"))
+            elif kind == "redacted_thinking":
+                out.append(HiddenBlock("redacted_thinking"))
+            else:
+                out.append(HiddenBlock("unknown"))
+        has_calls = any(isinstance(b, ToolCall) for b in out)
+        return [Message("assistant", message_id, ts, tuple(out),
+                        stop_reason=_stop(message, has_calls), model=message.get("model"))]
+    results: list[Message] = []
+    rest = []
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            call_id = str(block.get("tool_use_id", ""))
+            results.append(Message(
+                "tool_result", f"{message_id}.r{len(results)}", ts,
+                _content_blocks(block.get("content", "")), tool_call_id=call_id,
+                tool_name=names.get(call_id), is_error=block.get("is_error") is True,
+            ))
+        else:
+            rest.append(block)
+    if rest or not results:
+        results.append(Message("user", message_id, ts, _content_blocks(rest)))
+    return results
+
+
+def _openai(message: dict, message_id: str, names: dict[str, str], ts: str) -> list[Message]:
+    role = message.get("role")
+    blocks = _content_blocks(message.get("content") or [])
+    if role == "assistant":
+        calls: list[Block] = []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            raw = function.get("arguments", "")
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                arguments = raw
+            call_id = str(call.get("id", "")) if isinstance(call, dict) else ""
+            names[call_id] = str(function.get("name", ""))
+            calls.append(ToolCall(call_id, str(function.get("name", "")), arguments))
+        return [Message("assistant", message_id, ts, blocks + tuple(calls),
+                        stop_reason=_stop(message, bool(calls)), model=message.get("model"))]
+    if role == "tool":
+        call_id = str(message.get("tool_call_id", ""))
+        return [Message("tool_result", message_id, ts, blocks, tool_call_id=call_id,
+                        tool_name=names.get(call_id))]
+    if role == "user":
+        return [Message("user", message_id, ts, blocks)]
+    return []  # system / developer: resident input, not history

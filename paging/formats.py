@@ -1,0 +1,289 @@
+"""Provider message formats in and out: Anthropic Messages, OpenAI Chat Completions, Pi.
+
+The selector works on one shape, Pi's AgentMessage (``user``, ``assistant`` with ``toolCall``
+blocks and ``stopReason``, ``toolResult``, ``custom``, ``system`` …). :func:`to_views` turns a
+host's request into such *views*, each remembering which input message (and which part of it) it
+came from; :func:`render` turns the kept views back into the host's own format. Messages that are
+kept whole come back as the very objects the host sent. Two cases are rebuilt, on purpose:
+
+* **Anthropic user messages with tool results.** A user message made only of ``tool_result``
+  blocks is tool output, not a request: each block becomes a ``toolResult`` view. A message that
+  mixes results with text or images becomes those results followed by a ``user`` view (the
+  results close the previous exchange, the text starts the next request). If only some parts are
+  kept — the previous exchange left the window but the new request stays — the message is rebuilt
+  from the kept blocks, in their original order.
+* **The paging notice.** OpenAI and Pi get a leading user message. Anthropic requires the first
+  message to be a user message and merges consecutive ones, so when the first kept message is a
+  user message the notice is put in front of its content as a text block; otherwise a leading
+  user message carries it. Either way the bytes are the same on every call until the cut moves.
+
+Leading ``system``/``developer`` messages (OpenAI) are resident input: they are never evicted and
+always come first, before the notice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Format = Literal["anthropic", "openai", "pi"]
+FORMATS: tuple[Format, ...] = ("anthropic", "openai", "pi")
+_INTERRUPTED = {"aborted": "aborted", "error": "error", "cancelled": "aborted",
+                "canceled": "aborted", "interrupted": "aborted"}
+
+
+class FormatError(ValueError):
+    """The messages do not have the shape of the named (or any) format."""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    message: dict[str, Any]  # Pi-shaped
+    source: int  # index of the host message it came from
+    part: int = 0  # which part of that message (Anthropic mixed user messages have several)
+
+
+@dataclass(frozen=True, slots=True)
+class Views:
+    format: Format
+    resident: tuple[int, ...]  # leading system/developer messages (OpenAI), never evicted
+    views: tuple[View, ...]
+    parts: tuple[int, ...]  # how many views each host message produced
+
+
+def detect_format(messages: Sequence[Any]) -> Format:
+    """The format of a request, or a FormatError naming what is ambiguous or wrong."""
+    votes: set[Format] = set()
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise FormatError(f"message {index} is not an object")
+        role = message.get("role")
+        content = message.get("content")
+        if role in ("tool", "developer", "system") or "tool_calls" in message:
+            votes.add("openai")
+        elif role in ("toolResult", "custom", "bashExecution", "compactionSummary",
+                      "branchSummary") or "stopReason" in message:
+            votes.add("pi")
+        elif isinstance(content, list):
+            kinds = {b.get("type") for b in content if isinstance(b, dict)}
+            if kinds & {"tool_use", "tool_result", "redacted_thinking"}:
+                votes.add("anthropic")
+            elif kinds & {"toolCall"}:
+                votes.add("pi")
+            elif kinds & {"image_url", "input_audio", "refusal"}:
+                votes.add("openai")
+    if len(votes) > 1:
+        raise FormatError(
+            "messages mix formats (" + ", ".join(sorted(votes)) + "); pass format explicitly"
+        )
+    if not votes:
+        if all(isinstance(m.get("content"), str) for m in messages):
+            return "openai"  # plain text chat reads the same in all three; any choice is exact
+        raise FormatError(
+            "cannot tell the message format (no tool calls or format-specific fields); "
+            "pass format = 'anthropic', 'openai' or 'pi'"
+        )
+    return votes.pop()
+
+
+def to_views(messages: Sequence[dict[str, Any]], fmt: Format) -> Views:
+    if fmt == "pi":
+        return Views(fmt, (), tuple(View(dict(m), i) for i, m in enumerate(messages)),
+                     (1,) * len(messages))
+    convert = _anthropic_views if fmt == "anthropic" else _openai_views
+    resident: list[int] = []
+    views: list[View] = []
+    parts: list[int] = []
+    names: dict[str, str] = {}
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise FormatError(f"message {index} is not an object")
+        if fmt == "openai" and message.get("role") in ("system", "developer") and not views:
+            resident.append(index)
+            parts.append(0)
+            continue
+        produced = [View(m, index, part) for part, m in enumerate(convert(message, index, names))]
+        views.extend(produced)
+        parts.append(len(produced))
+    return Views(fmt, tuple(resident), tuple(views), tuple(parts))
+
+
+def _stop(message: dict[str, Any], has_calls: bool) -> str:
+    for key in ("stop_reason", "finish_reason", "stopReason", "status"):
+        value = message.get(key)
+        if isinstance(value, str) and value in _INTERRUPTED:
+            return _INTERRUPTED[value]
+    return "toolUse" if has_calls else "stop"
+
+
+def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:
+    role = message.get("role")
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(blocks, list):
+        raise FormatError(f"message {index} has no content string or block list")
+    if role == "assistant":
+        out = []
+        for block in blocks:
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind in ("tool_use", "server_tool_use") and isinstance(block.get("id"), str):
+                names[block["id"]] = str(block.get("name", ""))
+                out.append({"type": "toolCall", "id": block["id"], "name": block.get("name", ""),
+                            "arguments": block.get("input", {})})
+            elif kind == "text":
+                out.append({"type": "text", "text": block.get("text", "")})
+            elif kind == "thinking":
+                out.append({"type": "thinking", "thinking": block.get("thinking", "")})
+            else:
+                out.append({"type": kind or "unknown"})
+        has_calls = any(b["type"] == "toolCall" for b in out)
+        return [{"role": "assistant", "content": out, "stopReason": _stop(message, has_calls)}]
+    if role != "user":
+        raise FormatError(f"message {index} has role {role!r}; Anthropic uses user and assistant")
+    results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+    rest = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+    out = []
+    for block in results:
+        call_id = str(block.get("tool_use_id", ""))
+        inner = block.get("content", "")
+        inner_blocks = [{"type": "text", "text": inner}] if isinstance(inner, str) else inner
+        out.append({"role": "toolResult", "toolCallId": call_id, "toolName": names.get(call_id, ""),
+                    "content": [_pi_block(b) for b in inner_blocks or []],
+                    "isError": bool(block.get("is_error", False))})
+    if rest or not results:
+        out.append({"role": "user", "content": [_pi_block(b) for b in rest]})
+    return out
+
+
+def _pi_block(block: Any) -> dict[str, Any]:
+    if not isinstance(block, dict):
+        return {"type": "text", "text": str(block)}
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "image":
+        source = block.get("source") if isinstance(block.get("source"), dict) else {}
+        return {"type": "image", "data": str(source.get("data", "") or ""),
+                "mimeType": str(source.get("media_type", "image/*"))}
+    if kind == "image_url":
+        url = block.get("image_url")
+        url = url.get("url", "") if isinstance(url, dict) else str(url or "")
+        head, _, data = url.partition(",") if url.startswith("data:") else ("", "", "")
+        return {"type": "image", "data": data, "mimeType": head[5:].split(";")[0] or "image/*"}
+    return {"type": "text", "text": json.dumps(block, ensure_ascii=False, separators=(",", ":"))}
+
+
+def _openai_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:
+    role = message.get("role")
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        blocks = [{"type": "text", "text": content}] if content else []
+    elif isinstance(content, list):
+        blocks = [_pi_block(b) for b in content]
+    else:
+        raise FormatError(f"message {index} content must be a string, a list or null")
+    if role in ("system", "developer"):
+        return [{"role": "system", "content": blocks}]
+    if role == "user":
+        return [{"role": "user", "content": blocks}]
+    if role == "assistant":
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            call_id = call.get("id") if isinstance(call, dict) else None
+            if not isinstance(call_id, str):
+                raise FormatError(f"message {index} has a tool call without a string id")
+            raw = function.get("arguments", "")
+            try:
+                arguments = json.loads(raw) if isinstance(raw, str) else raw
+            except ValueError:
+                arguments = raw
+            names[call_id] = str(function.get("name", ""))
+            calls.append({"type": "toolCall", "id": call_id, "name": function.get("name", ""),
+                          "arguments": arguments})
+        return [{"role": "assistant", "content": blocks + calls,
+                 "stopReason": _stop(message, bool(calls))}]
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise FormatError(f"message {index} (role tool) has no string tool_call_id")
+        return [{"role": "toolResult", "toolCallId": call_id, "toolName": names.get(call_id, ""),
+                 "content": blocks, "isError": False}]
+    raise FormatError(f"message {index} has role {role!r}, which OpenAI chat does not use")
+
+
+def render(
+    messages: Sequence[dict[str, Any]],
+    views: Views,
+    kept: Sequence[int],
+    notice: str | None,
+    replacements: dict[int, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The host's messages for the kept view indexes (in order), with the notice in front."""
+    replacements = replacements or {}
+    kept_parts: dict[int, list[int]] = {}
+    order: list[int] = []
+    for view_index in kept:
+        view = views.views[view_index]
+        if view.source not in kept_parts:
+            kept_parts[view.source] = []
+            order.append(view.source)
+        kept_parts[view.source].append(view_index)
+    out: list[dict[str, Any]] = [messages[i] for i in views.resident]
+    body: list[dict[str, Any]] = []
+    for source in order:
+        indexes = kept_parts[source]
+        message = messages[source]
+        if any(i in replacements for i in indexes):
+            message = _replace(message, views, indexes, replacements)
+        elif len(indexes) < views.parts[source]:
+            message = _partial(message, views, indexes)
+        body.append(message)
+    if notice is not None:
+        body = _with_notice(body, notice, views.format)
+    return out + body
+
+
+def _partial(message: dict[str, Any], views: Views, indexes: list[int]) -> dict[str, Any]:
+    """An Anthropic user message rebuilt from the parts that stay in the window."""
+    keep_results = {views.views[i].message.get("toolCallId") for i in indexes
+                    if views.views[i].message["role"] == "toolResult"}
+    keep_rest = any(views.views[i].message["role"] == "user" for i in indexes)
+    blocks = [
+        b for b in message["content"]
+        if (isinstance(b, dict) and b.get("type") == "tool_result"
+            and b.get("tool_use_id") in keep_results)
+        or (keep_rest and not (isinstance(b, dict) and b.get("type") == "tool_result"))
+    ]
+    return {**message, "content": blocks}
+
+
+def _replace(message: dict[str, Any], views: Views, indexes: list[int],
+             replacements: dict[int, str]) -> dict[str, Any]:
+    """Recovery mode: a tool result too large for the model window becomes a reference."""
+    if views.format == "pi":
+        text = replacements[indexes[0]]
+        return {**message, "content": [{"type": "text", "text": text}]}
+    if views.format == "openai":
+        return {**message, "content": replacements[indexes[0]]}
+    by_call = {views.views[i].message.get("toolCallId"): replacements[i]
+               for i in indexes if i in replacements}
+    blocks = []
+    for block in message["content"]:
+        if isinstance(block, dict) and block.get("tool_use_id") in by_call:
+            block = {**block, "content": [{"type": "text", "text": by_call[block["tool_use_id"]]}]}
+        blocks.append(block)
+    return {**message, "content": blocks}
+
+
+def _with_notice(body: list[dict[str, Any]], notice: str, fmt: Format) -> list[dict[str, Any]]:
+    if fmt == "pi":
+        return [{"role": "user", "content": notice, "timestamp": 0}, *body]
+    if fmt == "anthropic" and body and body[0].get("role") == "user":
+        first = body[0]
+        content = first.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+        return [{**first, "content": [{"type": "text", "text": notice}, *blocks]}, *body[1:]]
+    return [{"role": "user", "content": notice}, *body]

@@ -1,0 +1,99 @@
+"""Texts the selector puts in front of a paged window (paging.md §5.12, §5.11).
+
+The project's own wording of upstream's notices: the same facts, the same line structure and
+the same length (the plain notice is 278 characters for a 128,000-token budget and 274 for a
+350-token one: 70 and 69 tokens, upstream's figures). Tools are named by their bare names and
+with this server's argument names (DESIGN.md: ``history_id``, ``tool_call_id``,
+``source: "tool_result"``).
+Numbers use fixed en-US grouping, never the process locale (weakness W13).
+
+A normal notice is frozen into the cut state and re-sent byte-identically until the cut
+advances, so nothing here may depend on anything but its arguments.
+"""
+
+from __future__ import annotations
+
+from paging.estimate import js_json
+
+HEADER = "[Context paging notice — added by the paging server]"
+RECOVERY_HEADER = "[Context paging recovery — added by the paging server]"
+READ_LIMIT = 2_000
+
+
+def format_tokens(value: float) -> str:
+    """``toLocaleString("en-US")``: grouped thousands, at most three decimals."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{round(value, 3):,}"
+
+
+def read_call(history_id: str, tool_call_id: str) -> str:
+    """The exact ``read_context_output`` call that pages a stored tool result back in."""
+    arguments = {
+        "history_id": history_id,
+        "source": "tool_result",
+        "tool_call_id": tool_call_id,
+        "offset": 0,
+        "limit": READ_LIMIT,
+    }
+    return f"read_context_output({js_json(arguments)})"
+
+
+def paging_notice(
+    budget_tokens: float,
+    history_id: str | None = None,
+    tool: tuple[str, str, str] | None = None,
+) -> str:
+    """The normal notice; ``tool`` is (owning turn history_id, tool_call_id, tool name)."""
+    lines = [
+        HEADER,
+        f"Earlier messages left the {format_tokens(budget_tokens)}-token rolling window;"
+        " stored history is unchanged.",
+        "Find stored items with search_history or browse_history.",
+        "Fetch exact items with load_history or exact output pages with read_context_output.",
+    ]
+    if history_id is not None:
+        lines.append(f"Most recently evicted history_id: {js_json(history_id)}.")
+    if tool is not None:
+        turn_id, call_id, name = tool
+        lines.append(f"Its tool: {name}.")
+        lines.append(f"Read that evicted tool output with {read_call(turn_id, call_id)}.")
+    return "\n".join(lines)
+
+
+def overflow_notice(budget_tokens: float) -> str:
+    """Protected-overflow notice: the newest unread exchange is sent whole this once (§5.11)."""
+    return "\n".join(
+        [
+            HEADER,
+            "The newest tool-result exchange is sent in full for this follow-up call only.",
+            f"The normal rolling budget is {format_tokens(budget_tokens)} estimated tokens.",
+            "This exchange can leave the context after this call.",
+            "To get it back, use search_history or browse_history, then load_history or"
+            " read_context_output.",
+        ]
+    )
+
+
+def recovery_notice() -> str:
+    """Recovery notice: the newest tool results were replaced by exact read calls (§5.11)."""
+    return "\n".join(
+        [
+            HEADER,
+            "The newest tool-result payloads exceeded the model's context window, so each was"
+            " replaced with a recovery reference.",
+            "Call read_context_output with the exact arguments in each replacement to read the"
+            " stored results.",
+        ]
+    )
+
+
+def recovery_replacement(history_id: str, tool_call_id: str) -> str:
+    """Text that stands in for one tool result larger than the model window (§5.11)."""
+    return "\n".join(
+        [
+            RECOVERY_HEADER,
+            "This tool result did not fit in the model's context window.",
+            f"Read the exact stored result with {read_call(history_id, tool_call_id)}.",
+        ]
+    )
