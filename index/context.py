@@ -1,0 +1,264 @@
+"""``select_context``: ledger first, then the pure selector, then the host's format again.
+
+Per call (DESIGN.md "Host-facing tools"):
+
+1. the request is read in its format (``paging.formats``) and every message not seen before is
+   appended to the session's ledger, so it can be recovered once it leaves the window — before
+   anything can fail on budget grounds: a selection error never loses stored history;
+2. per-message token estimates come from a cache keyed by content fingerprint, so a call costs
+   estimation work only for new messages;
+3. the host's ``usage`` for the latest response calibrates the estimate (``paging.calibrate``);
+4. the selector (``paging.select``) runs with the ledger answering its history questions and the
+   persisted cut state, which is saved again afterwards (a restarted server returns the same
+   window);
+5. the window is rendered back in the host's format with the notice placed where that API
+   accepts it.
+
+The cut is reset when the model or its window changes (upstream resets on a model switch).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from index.history import HistoryItem
+from index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
+from paging.calibrate import Anchor, Sent, calibrate
+from paging.estimate import chars4_tokens, resident_chars4, text_chars4
+from paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
+from paging.select import CutKey, CutState, Frontier, Selection, select_context
+from paging.tokens import counted_resident, counted_tokens
+from paging.units import tool_call_ids
+
+ESTIMATE_CACHE = 50_000
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    enabled: bool = True
+    token_budget: int = 128_000
+    trim_to_tokens: int | None = None
+    estimator: str = "tiktoken"
+
+
+class LedgerHistory:
+    """The selector's ``RawHistory``, answered from the ledger and the request's views."""
+
+    def __init__(self, views: Views, ids: Sequence[str | None], items: Sequence[HistoryItem]):
+        self.views = views
+        self.ids = ids
+        self.items = {item.history_id: item for item in items}
+        self.last = items[-1] if items else None
+        self.owner: dict[int, tuple[str, str, str]] = {}
+        calls: dict[str, tuple[str, str]] = {}
+        for index, view in enumerate(views.views):
+            message = view.message
+            if message.get("role") == "assistant" and ids[view.source]:
+                for block in message.get("content") or ():
+                    if isinstance(block, dict) and block.get("type") == "toolCall":
+                        calls[str(block.get("id"))] = (ids[view.source], str(block.get("name")))
+            elif message.get("role") == "toolResult":
+                call = calls.get(str(message.get("toolCallId")))
+                if call:
+                    self.owner[index] = (call[0], str(message.get("toolCallId")), call[1])
+
+    def key_of(self, index: int) -> CutKey | None:
+        view = self.views.views[index]
+        history_id = self.ids[view.source]
+        role = view.message.get("role")
+        if history_id is None or role not in ("user", "assistant"):
+            return None
+        calls = tool_call_ids(view.message) if role == "assistant" else []
+        return CutKey(history_id, calls[0] if calls else None)
+
+    def resolves(self, frontier: Frontier) -> bool:
+        item = self.items.get(frontier.last_evicted.history_id)
+        if item is None:
+            return False
+        call = frontier.last_evicted.tool_call_id
+        if call is not None and (item.kind != "model_turn" or item.call(call) is None):
+            return False
+        if frontier.kind == "partialTurn":
+            if item.kind != "model_turn":
+                return False
+            user = frontier.user_history_id
+            if user is not None and getattr(self.items.get(user), "kind", None) != "user":
+                return False
+        return True
+
+    def is_last_item(self, index: int) -> bool:
+        key = self.key_of(index)
+        return (key is not None and self.last is not None and self.last.kind == "model_turn"
+                and self.last.history_id == key.history_id)
+
+    def tool_reference(self, index: int) -> tuple[str, str, str] | None:
+        return self.owner.get(index)
+
+
+class ContextService:
+    def __init__(self, ledger: Ledger, settings: ContextSettings,
+                 count_text: Callable[[str], int] | None) -> None:
+        self.ledger = ledger
+        self.settings = settings
+        self.count_text = count_text if settings.estimator == "tiktoken" else None
+        self._estimates: OrderedDict[tuple[str, int], float] = OrderedDict()
+        self.latest: dict[str, dict[str, Any]] = {}  # per session: the last reply's figures
+
+    # --- estimates ------------------------------------------------------------------------
+
+    def _estimate(self, message: dict[str, Any]) -> float:
+        if self.count_text is None:
+            return chars4_tokens(message)
+        return counted_tokens(message, self.count_text)
+
+    def _resident(self, system: str, tools: list[dict[str, Any]]) -> float:
+        if self.count_text is None:
+            return resident_chars4(system, tools)
+        return counted_resident(system, tools, self.count_text)
+
+    def notice_tokens(self, text: str) -> float:
+        return text_chars4(text) if self.count_text is None else self.count_text(text) + 4
+
+    def _view_estimates(self, views: Views, fps: Sequence[str | None]) -> list[float]:
+        out = []
+        cache = self._estimates
+        for view in views.views:
+            fp = fps[view.source]
+            if fp is None:
+                out.append(self._estimate(view.message))
+                continue
+            key = (fp, view.part)
+            value = cache.get(key)
+            if value is None:
+                value = cache[key] = self._estimate(view.message)
+                if len(cache) > ESTIMATE_CACHE:
+                    cache.popitem(last=False)
+            out.append(value)
+        return out
+
+    # --- the call -------------------------------------------------------------------------
+
+    def select(
+        self,
+        session: str,
+        messages: Sequence[Any],
+        fmt: str = "auto",
+        system: Any = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+        model: str | None = None,
+        model_window: float | None = None,
+        token_budget: int | None = None,
+        trim_to_tokens: int | None = None,
+        usage: dict[str, Any] | None = None,
+        ephemeral: Sequence[int] = (),
+    ) -> dict[str, Any]:
+        if fmt == "auto":
+            fmt = detect_format(messages)
+        elif fmt not in FORMATS:
+            raise FormatError(f"format {fmt!r} is not one of auto, anthropic, openai, pi")
+        for index in ephemeral:
+            if not 0 <= index < len(messages):
+                raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1}")
+        views = to_views(messages, fmt)  # type: ignore[arg-type]
+        ledger = self.ledger.session(session)
+        skip = set(ephemeral) | set(views.resident)
+        fps = [None if i in skip else fingerprint(m) for i, m in enumerate(messages)]
+        ids = chain_ids(fps)
+        ledger.append(messages, ids, fmt)
+        if not self.settings.enabled:
+            return _disabled(messages)
+
+        estimates = self._view_estimates(views, fps)
+        system_text = _system_text(system, [messages[i] for i in views.resident])
+        resident = self._resident(system_text, list(tools or []))
+        outgoing = [views.views[i].source in skip for i in range(len(views.views))]
+        state = self.ledger.load_state(session)
+        settings_key = [model, model_window]
+        cut_state = None
+        if state.get("settings") == settings_key and state.get("cut"):
+            try:
+                cut_state = CutState.from_dict(state["cut"])
+            except ValueError:
+                cut_state = None
+        keys = [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
+                for i, v in enumerate(views.views)]
+        calibration = calibrate(
+            Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
+            else None,
+            keys, estimates, [str(v.message.get("role")) for v in views.views],
+            [v.message.get("stopReason") in ("aborted", "error") for v in views.views],
+            resident, usage,
+        )
+        raw = LedgerHistory(views, ids, ledger.items())
+        budget = token_budget if token_budget is not None else self.settings.token_budget
+        trim = trim_to_tokens if trim_to_tokens is not None else (
+            self.settings.trim_to_tokens if token_budget is None else None)
+        selection = select_context(
+            [v.message for v in views.views],
+            token_budget=budget, trim_to_tokens=trim, model_window=model_window,
+            resident_tokens=resident, estimates=estimates,
+            context_tokens=calibration.context_tokens if calibration else None,
+            token_estimates=calibration.token_estimates if calibration else None,
+            outgoing_only=outgoing, raw=raw, cut_state=cut_state,
+            notice_tokens=self.notice_tokens,
+        )
+        window = render(messages, views, selection.indexes, selection.notice,
+                        selection.replacements)
+        self._remember(session, ledger, settings_key, selection, keys, estimates, resident,
+                       calibration.overhead if calibration else 0.0)
+        evicted_sources = {views.views[i].source for i in selection.evicted}
+        reply = {
+            "messages": window,
+            "mode": selection.mode,
+            "estimated_tokens": _number(selection.estimated_tokens),
+            "budget_tokens": _number(selection.budget_tokens),
+            "target_tokens": _number(selection.target_tokens),
+            "evicted_messages": len(evicted_sources),
+            "frontier": selection.cut_state.to_dict()["frontier"] if selection.cut_state else None,
+            "fallback_reason": selection.fallback_reason,
+            "notice": selection.notice,
+            "distilled": [],
+        }
+        self.latest[ledger.ref] = {k: v for k, v in reply.items() if k != "messages"} | {
+            "model_window": model_window, "format": fmt, "input_messages": len(messages),
+            "returned_messages": len(window), "calibrated": calibration is not None,
+        }
+        return reply
+
+    def _remember(self, session: str, ledger: LedgerSession, settings_key: list[Any],
+                  selection: Selection, keys: Sequence[str | None], estimates: Sequence[float],
+                  resident: float, overhead: float) -> None:
+        sent = [Sent(None, self.notice_tokens(selection.notice))] if selection.notice else []
+        sent += [Sent(keys[i], estimates[i]) for i in selection.indexes]
+        state = {
+            "settings": settings_key,
+            "cut": selection.cut_state.to_dict() if selection.cut_state else None,
+            "anchor": Anchor(tuple(sent), resident, overhead).to_dict(),
+            "latest": {"estimated_tokens": selection.estimated_tokens,
+                       "budget_tokens": selection.budget_tokens, "mode": selection.mode},
+        }
+        self.ledger.save_state(session, state)
+
+
+def _system_text(system: Any, resident_messages: Sequence[dict[str, Any]]) -> str:
+    parts: list[str] = []
+    for value in [system, *(m.get("content") for m in resident_messages)]:
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, list):
+            parts.extend(str(b.get("text", "")) for b in value if isinstance(b, dict))
+    return "\n".join(p for p in parts if p)
+
+
+def _number(value: float) -> float | int:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _disabled(messages: Sequence[Any]) -> dict[str, Any]:
+    return {"messages": list(messages), "mode": "disabled", "estimated_tokens": 0,
+            "budget_tokens": 0, "target_tokens": 0, "evicted_messages": 0, "frontier": None,
+            "fallback_reason": None, "notice": None, "distilled": []}
+
