@@ -140,7 +140,8 @@ def build() -> list[dict]:
     w.result("call_08", "edit", "Edited shop/checkout.py: 1 replacement.")
     for run in range(20):
         call = f"call_{9 + run:02d}"
-        w.assistant(None, [(call, "bash", {"command": f"pytest -q tests/ --count=25 --seed={run}"})])
+        command = f"pytest -q tests/ --count=25 --seed={run}"
+        w.assistant(None, [(call, "bash", {"command": command})])
         lines = [f"tests/test_{name}.py " + "." * rng.randint(20, 60)
                  for name in ("cart", "checkout", "payments", "inventory", "auth") * 30]
         w.result(call, "bash", "\n".join(lines) + f"\n{rng.randint(700, 900)} passed in "

@@ -19,13 +19,15 @@ The cut is reset when the model or its window changes (upstream resets on a mode
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from index.history import HistoryItem
-from index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
+from index.ledger import Ledger, chain_ids, fingerprint
+from index.stats import Stats
 from paging.calibrate import Anchor, Sent, calibrate
 from paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
@@ -207,9 +209,18 @@ class ContextService:
         )
         window = render(messages, views, selection.indexes, selection.notice,
                         selection.replacements)
-        self._remember(session, ledger, settings_key, selection, keys, estimates, resident,
-                       calibration.overhead if calibration else 0.0)
+        usage_log = dict(state.get("usage_by_response") or {})
+        newest = _newest_assistant(views, ids)
+        if newest is not None and isinstance(usage, dict):
+            usage_log[newest] = [usage.get("cache_read_tokens") or 0,
+                                 usage.get("cache_write_tokens") or 0]
+        self._remember(session, settings_key, selection, keys, estimates, resident,
+                       calibration.overhead if calibration else 0.0,
+                       {"usage_by_response": usage_log, "model_window": model_window,
+                        "calibrated": calibration is not None,
+                        "evicted_messages": None})
         evicted_sources = {views.views[i].source for i in selection.evicted}
+        self._patch_state(session, evicted_messages=len(evicted_sources))
         reply = {
             "messages": window,
             "mode": selection.mode,
@@ -228,9 +239,14 @@ class ContextService:
         }
         return reply
 
-    def _remember(self, session: str, ledger: LedgerSession, settings_key: list[Any],
+    def _patch_state(self, session: str, **values: Any) -> None:
+        state = self.ledger.load_state(session)
+        state.update(values)
+        self.ledger.save_state(session, state)
+
+    def _remember(self, session: str, settings_key: list[Any],
                   selection: Selection, keys: Sequence[str | None], estimates: Sequence[float],
-                  resident: float, overhead: float) -> None:
+                  resident: float, overhead: float, extra: dict[str, Any]) -> None:
         sent = [Sent(None, self.notice_tokens(selection.notice))] if selection.notice else []
         sent += [Sent(keys[i], estimates[i]) for i in selection.indexes]
         state = {
@@ -239,8 +255,46 @@ class ContextService:
             "anchor": Anchor(tuple(sent), resident, overhead).to_dict(),
             "latest": {"estimated_tokens": selection.estimated_tokens,
                        "budget_tokens": selection.budget_tokens, "mode": selection.mode},
+            **extra,
         }
         self.ledger.save_state(session, state)
+
+    def stats(self, session: str, enabled: bool = True) -> Stats:
+        """The §8 report for a ledger session."""
+        ledger = self.ledger.session(session)
+        state = self.ledger.load_state(session)
+        history = 0
+        for record in ledger.records.values():
+            message = record.get("message")
+            fmt = record.get("format")
+            if not isinstance(message, dict) or fmt not in FORMATS:
+                continue
+            try:
+                views = to_views([message], fmt)
+            except FormatError:
+                continue
+            history += sum(self._estimate(v.message) for v in views.views)
+        latest = state.get("latest") or {}
+        usage = list((state.get("usage_by_response") or {}).values())
+        return Stats(
+            session=ledger.ref, enabled=enabled,
+            stored_bytes=ledger.path.stat().st_size if ledger.path.exists() else None,
+            history_tokens=math.ceil(history),
+            input_tokens=latest.get("estimated_tokens"),
+            input_measured=bool(state.get("calibrated")),
+            budget_tokens=latest.get("budget_tokens"),
+            model_window=state.get("model_window"),
+            cache_read_tokens=sum(int(u[0]) for u in usage) if usage else None,
+            cache_write_tokens=sum(int(u[1]) for u in usage) if usage else None,
+            mode=latest.get("mode"), evicted_messages=state.get("evicted_messages"),
+        )
+
+
+def _newest_assistant(views: Views, ids: Sequence[str | None]) -> str | None:
+    for view in reversed(views.views):
+        if view.message.get("role") == "assistant":
+            return ids[view.source]
+    return None
 
 
 def _system_text(system: Any, resident_messages: Sequence[dict[str, Any]]) -> str:

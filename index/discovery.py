@@ -93,15 +93,16 @@ def _by_id(ident: str, roots: Mapping[str, Path | None], source: str | None) -> 
         if source in (None, found.source)
     ]
     exact = [f for f in candidates if ident in (f.session_id, f.path.name.removesuffix(".jsonl"))]
-    matches = exact or (
-        [f for f in candidates if f.session_id.startswith(ident)] if len(ident) >= MIN_PREFIX else []
-    )
+    prefixed = [f for f in candidates if f.session_id.startswith(ident)]
+    matches = exact or (prefixed if len(ident) >= MIN_PREFIX else [])
     label = f"{source}:{ident}" if source else ident
     if not matches:
         raise SessionRefError(f"no session matches {label!r}; list_sessions shows valid references")
     if len(matches) > 1:
         names = ", ".join(m.ref for m in matches[:5])
-        raise SessionRefError(f"{label!r} matches {len(matches)} sessions ({names}); give the full id")
+        raise SessionRefError(
+            f"{label!r} matches {len(matches)} sessions ({names}); give the full id"
+        )
     return matches[0]
 
 

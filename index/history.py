@@ -124,7 +124,8 @@ def project(messages: Sequence[Message], path: str = "") -> Projection:
                 report(result, "MISMATCHED_TOOL_RESULT",
                        f"{result.tool_call_id!r} is not a call of {message.id}")
             elif result.tool_call_id in seen:
-                report(result, "DUPLICATE_TOOL_RESULT", f"second result for {result.tool_call_id!r}")
+                report(result, "DUPLICATE_TOOL_RESULT",
+                       f"second result for {result.tool_call_id!r}")
             else:
                 seen.add(result.tool_call_id)
                 results.append(result)
@@ -250,7 +251,8 @@ def block_text(block: Block, *, images: str = "[image]") -> str:
 
 
 def content_text(blocks: Iterable[Block]) -> str:
-    return " ".join(t for t in (block_text(b) for b in blocks if not isinstance(b, HiddenBlock)) if t)
+    texts = (block_text(b) for b in blocks if not isinstance(b, HiddenBlock))
+    return " ".join(t for t in texts if t)
 
 
 def preview(item: HistoryItem) -> str:

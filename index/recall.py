@@ -43,7 +43,8 @@ def find_original(items: Sequence[HistoryItem], *, tool_call_id: str | None = No
             result = item.result_for(tool_call_id) if item.kind == "model_turn" else None
             if result is not None:
                 call = item.call(tool_call_id)
-                if is_recovery_tool(result.tool_name or "") or (call and is_recovery_tool(call.name)):
+                name = result.tool_name or (call.name if call else "")
+                if is_recovery_tool(name) or (call and is_recovery_tool(call.name)):
                     raise NavigatorError(
                         "RECOVERY_TOOL_OUTPUT",
                         "that is the output of a recovery tool; recall the original instead",

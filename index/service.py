@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from index.catalog import Catalog, SessionSummary
+from index.context import ContextService, ContextSettings
 from index.discovery import SessionFileRef, SessionRefError, iter_session_files, resolve
-from index.history import HistoryItem
+from index.history import HistoryItem, block_text
+from index.ledger import Ledger, LedgerError, check_session_id
 from index.navigator import Navigator, NavigatorError, compact_references
 from index.recall import Recalled, find_original, recall_text
 from index.sessions import SessionFile, UnknownFormat
+from index.stats import Stats
 from index.store import SearchIndex, SyncResult, doc_for
 
 log = logging.getLogger("context_paging")
@@ -38,13 +41,35 @@ class SearchReply:
 
 
 class History:
-    def __init__(self, roots: Mapping[str, Path | None], home: Path) -> None:
+    def __init__(
+        self,
+        roots: Mapping[str, Path | None],
+        home: Path,
+        context_settings: ContextSettings | None = None,
+        count_text: Callable[[], Callable[[str], int] | None] | None = None,
+    ) -> None:
         self.catalog = Catalog(roots)
         self.home = home
         self._store: SearchIndex | None = None
         self._navigators: dict[str, tuple[object, Navigator]] = {}
         self.current_session: str | None = None
-        self.ledger: Any = None  # set by the server when select_context is available
+        self.ledger = Ledger(home)
+        self._context_settings = context_settings or ContextSettings()
+        self._count_text = count_text
+        self._context: ContextService | None = None
+
+    @property
+    def context(self) -> ContextService:
+        """The select_context service; the tokenizer is loaded on first use."""
+        if self._context is None:
+            counter = self._count_text() if self._count_text else None
+            self._context = ContextService(self.ledger, self._context_settings, counter)
+        return self._context
+
+    def select_context(self, session: str, messages: Sequence[Any], **kwargs: Any) -> dict:
+        reply = self.context.select(session, messages, **kwargs)
+        self.current_session = f"ledger:{check_session_id(session)}"
+        return reply
 
     @property
     def store(self) -> SearchIndex:
@@ -62,9 +87,10 @@ class History:
     def _open(self, ref: str) -> tuple[str, str, Sequence[HistoryItem], dict[str, Any]]:
         """(canonical ref, cwd, raw items, file state) of a session reference."""
         if ref.startswith("ledger:"):
-            if self.ledger is None:
-                raise SessionRefError(f"no ledger session {ref!r}: select_context was never called")
-            return self.ledger.open(ref)
+            try:
+                return self.ledger.open(ref)
+            except LedgerError as exc:
+                raise SessionRefError(str(exc)) from None
         found = resolve(ref, self.catalog.roots)
         return self._open_file(found)
 
@@ -107,6 +133,14 @@ class History:
             f"{cwd}; pass session (for example 'claude:<id>' from list_sessions)"
         )
 
+    def stats(self, ref: str | None, enabled: bool = True) -> Stats:
+        ref = self.resolve_default(ref)
+        if ref.startswith("ledger:"):
+            self.ledger.open(ref)  # a clear error for an unknown ledger session
+            return self.context.stats(ref, enabled)
+        found, session = self.catalog.session(ref)
+        return file_stats(found.ref, session, enabled)
+
     def list_sessions(
         self, source: str | None = None, project: str | None = None, limit: int = 20
     ) -> list[SessionSummary]:
@@ -124,12 +158,11 @@ class History:
     def index_all(self, progress: Progress | None = None) -> int:
         """Bring every session under the roots (and the ledger) into the index."""
         refs: list[str | SessionFileRef] = list(iter_session_files(self.catalog.roots))
-        if self.ledger is not None:
-            refs += self.ledger.sessions()
+        refs += self.ledger.sessions()
         changed = 0
         for done, ref in enumerate(refs):
             if progress:
-                progress(done, len(refs), f"indexing {ref}")
+                progress(done, len(refs), f"indexing {getattr(ref, 'ref', ref)}")
             try:
                 if self.ensure_indexed(ref) is not None:
                     changed += 1
@@ -207,6 +240,28 @@ class History:
         items = self.navigator(session).raw
         text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
+
+
+def file_stats(ref: str, session: SessionFile, enabled: bool = True) -> Stats:
+    """The §8 report for an agent's session file (its active path; thinking is not kept, so it
+    is not counted)."""
+    conversation = session.conversation
+    chars = 0
+    last_usage = None
+    for message in conversation.messages:
+        chars += sum(len(block_text(b)) for b in message.content)
+        if message.role == "assistant" and message.usage is not None:
+            last_usage = message.usage
+    usage = conversation.usage
+    return Stats(
+        session=ref, enabled=enabled, stored_bytes=session.cursor.size,
+        history_tokens=-(-chars // 4),
+        input_tokens=(last_usage.input + last_usage.cache_read + last_usage.cache_write)
+        if last_usage else None,
+        input_measured=last_usage is not None, budget_tokens=None, model_window=None,
+        cache_read_tokens=usage.cache_read if usage else None,
+        cache_write_tokens=usage.cache_write if usage else None,
+    )
 
 
 def _file_state(session: SessionFile) -> dict[str, Any]:

@@ -132,7 +132,8 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="context-paging",
-        description="A rolling context window for coding agents, with exact recovery of old history.",
+        description="A rolling context window for coding agents, "
+        "with exact recovery of old history.",
     )
     parser.add_argument("--home", help="data directory (default: $CONTEXT_PAGING_HOME or "
                         "~/.local/share/context-paging)")

@@ -21,10 +21,15 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from index.context import ContextSettings
 from index.discovery import SessionRefError
+from index.ledger import LedgerError
 from index.navigator import NavigatorError, dumps
 from index.service import History
+from index.stats import render as render_stats
 from index.store import IndexBusy
+from paging.formats import FormatError
+from paging.limits import ContextSelectionError
 from server.config import Settings
 
 log = logging.getLogger("context_paging")
@@ -40,6 +45,8 @@ outputs page by page, and recall for the original of a tool output that was shor
 are compact; each one says how to get more."""
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+HOST_TOOL = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
 SessionArg = Annotated[
     str | None,
     Field(
@@ -109,6 +116,44 @@ class SessionsResult(BaseModel):
     sessions: list[SessionEntry]
 
 
+class Usage(BaseModel):
+    input_tokens: Annotated[int | None, Field(ge=0)] = None
+    output_tokens: Annotated[int | None, Field(ge=0)] = None
+    cache_read_tokens: Annotated[int | None, Field(ge=0)] = None
+    cache_write_tokens: Annotated[int | None, Field(ge=0)] = None
+
+
+class SelectContextResult(BaseModel):
+    messages: list[dict[str, Any]] = Field(description="The window to send, in the input format")
+    mode: Literal["within_budget", "paged", "protected_overflow", "recovery", "disabled"]
+    estimated_tokens: float
+    budget_tokens: float
+    target_tokens: float
+    evicted_messages: int
+    frontier: dict[str, Any] | None
+    fallback_reason: str | None
+    notice: str | None
+    distilled: list[dict[str, Any]]
+
+
+class StatsResult(BaseModel):
+    text: str
+    session: str
+    enabled: bool
+    stored_bytes: int | None
+    history_tokens: int | None
+    input_tokens: float | None
+    input_measured: bool
+    budget_tokens: float | None
+    model_window: float | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    mode: str | None
+    evicted_messages: int | None
+    distilled_outputs: int
+    distilled_saved_characters: int
+
+
 class ToolFailure(Exception):
     """An anticipated failure, shown to the model as ``CODE: message``."""
 
@@ -116,10 +161,10 @@ class ToolFailure(Exception):
         super().__init__(f"{code}: {message}")
 
 
-def _reply(model: BaseModel, extra: list[Any] | None = None) -> CallToolResult:
-    value = model.model_dump(exclude_none=True)
+def _reply(model: BaseModel) -> CallToolResult:
+    value = model.model_dump()
     return CallToolResult(
-        content=[TextContent(type="text", text=dumps(value)), *(extra or [])],
+        content=[TextContent(type="text", text=dumps(value))],
         structured_content=value,
     )
 
@@ -128,17 +173,29 @@ def _error(exc: Exception) -> CallToolResult:
     return CallToolResult(is_error=True, content=[TextContent(type="text", text=str(exc))])
 
 
+def make_history(settings: Settings) -> History:
+    """The one History of a process, configured from settings."""
+    from server.tokens import text_counter
+
+    paging = settings.values["paging"]
+    context = ContextSettings(enabled=paging["enabled"], token_budget=paging["token_budget"],
+                              trim_to_tokens=paging["trim_to_tokens"],
+                              estimator=paging["estimator"])
+    return History(settings.roots, settings.home, context, text_counter)
+
+
 def create_server(settings: Settings, history: History | None = None) -> MCPServer:
-    history = history or History(settings.roots, settings.home)
+    history = history or make_history(settings)
     lock = threading.Lock()
     server = MCPServer("context-paging", instructions=INSTRUCTIONS, version="0.1.0",
                        log_level="WARNING")
     server.history = history  # type: ignore[attr-defined]  # for tests and the ledger
 
-    async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def run(fn: Callable[..., T], *args: Any, recovery: bool = True, **kwargs: Any) -> T:
         """Run a blocking History call in a worker thread, one at a time, mapping errors."""
-        if not settings.paging_enabled:
-            raise ToolFailure("DISABLED", "context paging is disabled in this server's settings")
+        if recovery and not settings.paging_enabled:
+            raise ToolFailure("DISABLED", "context paging is disabled in this server's settings "
+                              "([paging] enabled = false); the recovery tools are off")
 
         def locked() -> T:
             with lock:
@@ -152,8 +209,14 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
             raise ToolFailure("UNKNOWN_SESSION", str(exc)) from None
         except IndexBusy as exc:
             raise ToolFailure("INDEX_BUSY", str(exc)) from None
+        except ContextSelectionError as exc:
+            raise ToolFailure(exc.code, str(exc)) from None
+        except FormatError as exc:
+            raise ToolFailure("INVALID_MESSAGE_STRUCTURE", str(exc)) from None
+        except LedgerError as exc:
+            raise ToolFailure("INVALID_SESSION", str(exc)) from None
 
-    def tool(title: str):
+    def tool(title: str, annotations: ToolAnnotations = READ_ONLY):
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
@@ -162,7 +225,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
                 except ToolFailure as exc:
                     return _error(exc)
 
-            server.tool(title=title, annotations=READ_ONLY)(wrapper)
+            server.tool(title=title, annotations=annotations)(wrapper)
             return fn
 
         return register
@@ -193,7 +256,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         failed: Annotated[bool | None, Field(description="Only failed (true) or successful "
                                              "(false) items")] = None,
         limit: Annotated[int, Field(ge=1, le=10)] = 5,
-        load: Annotated[bool, Field(description="Also return the first three items in full")] = False,
+        load: Annotated[bool, Field(
+            description="Also return the first three items in full")] = False,
     ) -> Annotated[CallToolResult, SearchResult]:
         """Find earlier items of a session by words, identifiers, paths or error text (BM25).
         Returns compact references (history_id, preview, tools, files); with load=true also the
@@ -302,5 +366,52 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
             SessionEntry(**{k: v for k, v in s.as_dict().items() if k in SessionEntry.model_fields})
             for s in summaries
         ]))
+
+    @tool("Select Context", HOST_TOOL)
+    async def select_context(
+        session: Annotated[str, Field(max_length=140, description="Ledger session id for this "
+                                      "conversation (letters, digits, '.', '_', '-')")],
+        messages: Annotated[list[dict[str, Any]], Field(description="The full outgoing "
+                                                        "conversation, oldest first")],
+        format: Literal["auto", "anthropic", "openai", "pi"] = "auto",
+        system: Annotated[str | list[dict[str, Any]] | None, Field(
+            description="System prompt (resident input, counted once)")] = None,
+        tools: Annotated[list[dict[str, Any]] | None, Field(
+            description="Tool definitions sent with the request (resident input)")] = None,
+        model: Annotated[str | None, Field(max_length=200)] = None,
+        model_window: Annotated[float | None, Field(description="The model's context window "
+                                                    "in tokens")] = None,
+        token_budget: Annotated[int | float | None, Field(description="Override the configured "
+                                                          "budget")] = None,
+        trim_to_tokens: Annotated[int | float | None, Field(description="Where a cut lands "
+                                                            "(default 5/8 of the budget)")] = None,
+        usage: Annotated[Usage | None, Field(description="Provider usage of the latest "
+                                             "response, for calibration")] = None,
+        ephemeral: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
+            description="Indexes of outgoing-only messages, never stored as history")] = None,
+    ) -> Annotated[CallToolResult, SelectContextResult]:
+        """Call before every model request with the whole conversation. Stores new messages in
+        the session's ledger, then returns the window to send: the newest messages that fit the
+        token budget, whole oldest turns replaced by a short notice once the budget is exceeded,
+        with a stable cut point so prompt caches keep hitting. Errors start with their code."""
+        reply = await run(
+            history.select_context, session, messages, fmt=format, system=system, tools=tools,
+            model=model, model_window=model_window, token_budget=token_budget,
+            trim_to_tokens=trim_to_tokens,
+            usage=usage.model_dump(exclude_none=True) if usage else None,
+            ephemeral=ephemeral or (), recovery=False,
+        )
+        return _reply(SelectContextResult(**reply))
+
+    @tool("Paging Stats")
+    async def paging_stats(session: SessionArg = None) -> Annotated[CallToolResult, StatsResult]:
+        """Report a session's saved history size, the latest request against the budget, and
+        cache totals."""
+        stats = await run(history.stats, session, settings.paging_enabled, recovery=False)
+        text = render_stats(stats)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)],
+            structured_content=StatsResult(text=text, **stats.as_dict()).model_dump(),
+        )
 
     return server

@@ -1,0 +1,89 @@
+"""The stats report (specs/paging.md §8): saved history, the latest request, cache totals.
+
+Works for a ledger session (conversations sent through ``select_context``) and for an agent's
+session file. Numbers use fixed en-US grouping; a missing value prints ``unavailable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LABEL_WIDTH = 21
+
+
+@dataclass(frozen=True)
+class Stats:
+    session: str
+    enabled: bool
+    stored_bytes: int | None
+    history_tokens: int | None
+    input_tokens: float | None
+    input_measured: bool
+    budget_tokens: float | None
+    model_window: float | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    mode: str | None = None
+    evicted_messages: int | None = None
+    distilled_outputs: int = 0
+    distilled_saved_characters: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _grouped(value: float) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    return f"{int(value):,}"
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "unavailable"
+    if size < 1024:
+        return f"{size} B"
+    if size < 1 << 20:
+        return f"{size / 1024:.2f} KiB"
+    return f"{size / (1 << 20):.2f} MiB"
+
+
+def _row(label: str, value: str) -> str:
+    return f"  {label:<{LABEL_WIDTH}}{value}"
+
+
+def render(stats: Stats) -> str:
+    def maybe(value: float | None, prefix: str = "") -> str:
+        return "unavailable" if value is None else prefix + _grouped(value)
+
+    budget = maybe(stats.budget_tokens)
+    if stats.budget_tokens is not None:
+        if not stats.enabled:
+            budget += "   (inactive)"
+        elif stats.input_tokens is not None and stats.budget_tokens > 0:
+            budget += f"   ({stats.input_tokens / stats.budget_tokens * 100:.1f}% used)"
+    lines = [
+        f"Context paging: {'on' if stats.enabled else 'off'}   ({stats.session})",
+        "",
+        "SESSION — complete saved history",
+        _row("Stored size", _size(stats.stored_bytes)),
+        _row("History tokens", maybe(stats.history_tokens, "~")),
+        "",
+        "CONTEXT — latest model request",
+        _row("Input tokens", maybe(stats.input_tokens, "" if stats.input_measured else "~")),
+        _row("Paging budget", budget),
+        _row("Model window", maybe(stats.model_window)),
+    ]
+    if stats.mode is not None:
+        lines.append(_row("Selection", f"{stats.mode}, {stats.evicted_messages or 0} evicted"))
+    lines += [
+        "",
+        "CACHE — whole-session totals",
+        _row("Tokens read", maybe(stats.cache_read_tokens)),
+        _row("Tokens written", maybe(stats.cache_write_tokens)),
+    ]
+    if stats.distilled_outputs:
+        lines += ["", "DISTILLATION", _row("Outputs distilled", _grouped(stats.distilled_outputs)),
+                  _row("Characters saved", _grouped(stats.distilled_saved_characters))]
+    return "\n".join(lines)
