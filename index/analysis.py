@@ -224,8 +224,9 @@ class RankCollector(TopCollector):
     def prepare(self, top_searcher, q, context):
         super().prepare(top_searcher, q, context)
         reader = top_searcher.reader()
-        self._sessions = reader.column_reader("session", translate=True)
-        self._sequences = reader.column_reader("sequence", translate=True)
+        if reader.doc_count_all():  # an empty index has no columns (and no hits)
+            self._sessions = reader.column_reader("session", translate=True)
+            self._sequences = reader.column_reader("sequence", translate=True)
 
     def _collect(self, global_docnum: int, score: float) -> float:
         items = self.items

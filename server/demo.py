@@ -1,73 +1,104 @@
 """``context-paging demo``: the main job on the bundled sample session, in a throwaway home.
 
-It places the sample Pi session under a temporary session root, indexes it, searches for an
-error string buried in a 900-line CI log, loads the turn that found it, and reads the exact
-output back page by page — what a model does after older context has left its window.
+1. The sample Pi session (a developer chasing a flaky test; 65 entries, ~290 KB of tool output)
+   is replayed request by request through ``select_context`` at a 12,000-token budget, the way a
+   host would call it before every model request. Each request prints one row: the window's
+   size, how many messages left it, the mode and any fallback.
+2. Then, as the model would, it searches the ledger for an error that left the window long ago
+   (``ECONNREFUSED`` in line 612 of a 900-line CI log), loads that turn exactly, reads the raw
+   output page by page, and recalls just the matching lines.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
 import tempfile
 import textwrap
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from index.context import ContextSettings
 from index.service import History
+from server.tokens import text_counter
 
 SAMPLE = "demo-session.jsonl"
-QUERY = "ECONNREFUSED 6379"
+BUDGET = 12_000
+SESSION = "demo-flaky-checkout"
+SYSTEM = "You are a careful coding agent working in /home/dev/shop."
 
 
 def sample_path() -> Path:
     return Path(str(resources.files("server") / "data" / SAMPLE))
 
 
+def sample_messages() -> list[dict[str, Any]]:
+    """The Pi AgentMessages of the sample session, in order."""
+    out = []
+    for line in sample_path().read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if entry.get("type") == "message":
+            out.append(entry["message"])
+    return out
+
+
 def run_demo(args: argparse.Namespace | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="context-paging-demo-") as tmp:
-        root = Path(tmp) / "pi-sessions" / "--home-dev-shop--"
-        root.mkdir(parents=True)
-        session_file = root / f"2026-11-20T09-00-00-000Z_{'demo-0f3c9a2e'}.jsonl"
-        shutil.copyfile(sample_path(), session_file)
-        history = History({"pi": root.parent, "claude": None, "codex": None}, Path(tmp) / "home")
+        history = History({"pi": None, "claude": None, "codex": None}, Path(tmp),
+                          ContextSettings(token_budget=BUDGET), text_counter)
         try:
-            return _tour(history, "pi:demo-0f3c9a2e")
+            replay(history)
+            return recover(history, f"ledger:{SESSION}")
         finally:
             history.close()
 
 
-def _tour(history: History, ref: str) -> int:
-    summary = history.list_sessions()[0]
-    navigator = history.navigator(ref)
-    print(f"Session {summary.ref}: {summary.title!r}, {summary.size:,} bytes, "
-          f"{len(navigator.visible)} history items.")
-    result = history.ensure_indexed(ref)
-    if result is not None:
-        print(f"Indexed {result.added} items.")
-    print(f"\n$ search_history query={QUERY!r}")
-    reply = history.search(QUERY, session=ref, limit=3)
+def replay(history: History) -> None:
+    messages = sample_messages()
+    print(f"Replaying {len(messages)} messages of the sample session through select_context "
+          f"(budget {BUDGET:,} tokens, cut target {BUDGET * 5 // 8:,}).\n")
+    print(f"{'request':>7}  {'sent/total msgs':>15}  {'window tokens':>13}  {'evicted':>7}  "
+          "mode           fallback")
+    requests = [i for i, m in enumerate(messages) if m["role"] != "assistant"
+                and (i + 1 == len(messages) or messages[i + 1]["role"] == "assistant")]
+    previous_notice = None
+    for number, end in enumerate(requests, 1):
+        outgoing = messages[: end + 1]
+        reply = history.select_context(SESSION, outgoing, fmt="pi", system=SYSTEM)
+        marker = ""
+        if reply["notice"] and reply["notice"] != previous_notice:
+            marker = "  ← the cut moved"
+        previous_notice = reply["notice"] or previous_notice
+        print(f"{number:>7}  {len(reply['messages']):>7}/{len(outgoing):<7}  "
+              f"{reply['estimated_tokens']:>13,.0f}  {reply['evicted_messages']:>7}  "
+              f"{reply['mode']:<14} {reply['fallback_reason'] or '-'}{marker}")
+    print("\nThe notice the model sees in place of the evicted turns:\n")
+    print(textwrap.indent(previous_notice or "(none)", "  "))
+
+
+def recover(history: History, ref: str) -> int:
+    query = "ECONNREFUSED 6379"
+    print(f"\n$ search_history query={query!r}   (the ledger of every request above)")
+    reply = history.search(query, session=ref, limit=3)
     for hit in reply.references:
-        print(f"  {hit['history_id']}  #{hit['sequence']} {hit['kind']}  tools={hit['tools']}")
-        print(textwrap.indent(textwrap.fill(hit["preview"], 96), "      "))
-    if not reply.references:
-        print("  no match — the demo data is damaged")
+        print(f"  {hit['history_id']}  #{hit['sequence']} {hit['kind']:<10} tools={hit['tools']}")
+        print(textwrap.indent(textwrap.fill(hit["preview"], 92), "      "))
+    turn = next((h for h in reply.references if "bash" in h["tools"]), None)
+    if turn is None:
+        print("  the CI-log turn was not found — the demo data is damaged")
         return 1
-    best = reply.references[0]
-    item = history.load(ref, [best["history_id"]])[0]
-    print(f"\n$ load_history history_ids=[{best['history_id']!r}]")
-    for result in item.get("tool_results", []):
-        text = " ".join(b["text"] for b in result["content"] if b and b.get("type") == "text")
-        line = next((ln for ln in text.splitlines() if "ECONNREFUSED" in ln), None)
-        print(f"  {result['tool_name']} output: {len(text):,} characters; the line that matters:")
-        if line:
-            print(f"    {line}")
-        page = history.read_output(ref, history_id=best["history_id"], source="tool_result",
-                                   tool_call_id=result["tool_call_id"], offset=0, limit=2000)
-        print(f"\n$ read_context_output offset=0 → {len(page['text'])} of "
-              f"{page['total_characters']:,} characters, next_offset={page['next_offset']}")
-        recalled = history.recall(ref, tool_call_id=result["tool_call_id"],
-                                  pattern="ERROR|ECONNREFUSED")
-        print(f"\n$ recall tool_call_id={result['tool_call_id']!r} pattern='ERROR|ECONNREFUSED'")
-        print(textwrap.indent(recalled.text, "  "))
+    item = history.load(ref, [turn["history_id"]])[0]
+    result = item["tool_results"][0]
+    text = "".join(b["text"] for b in result["content"] if b and b.get("type") == "text")
+    print(f"\n$ load_history history_ids=[{turn['history_id']!r}]")
+    print(f"  {result['tool_name']} output, exact: {len(text):,} characters, "
+          f"{text.count(chr(10)) + 1} lines")
+    page = history.read_output(ref, history_id=turn["history_id"], source="tool_result",
+                               tool_call_id=result["tool_call_id"], offset=0, limit=2000)
+    print(f"\n$ read_context_output offset=0 limit=2000 → {len(page['text']):,} of "
+          f"{page['total_characters']:,} characters, next_offset={page['next_offset']}")
+    recalled = history.recall(ref, tool_call_id=result["tool_call_id"], pattern="ERROR")
+    print(f"\n$ recall tool_call_id={result['tool_call_id']!r} pattern='ERROR'")
+    print(textwrap.indent(recalled.text, "  "))
     return 0

@@ -4,6 +4,7 @@ crashes mid-commit and damaged files (specs/paging.md §3, §9 items 79–81).""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import select
 import shutil
@@ -11,15 +12,17 @@ import signal
 import string
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 import regex
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from whoosh.filedb.filestore import FileStorage
 from whoosh.index import TOC
+from whoosh.query import Or, Term
 
 from index.analysis import SCHEMA, query_terms, tokens
 from index.history import preview, project
@@ -30,6 +33,7 @@ from index.store import (
     IndexDoc,
     SearchIndex,
     SyncResult,
+    _hit,
     doc_for,
     plan_sync,
 )
@@ -168,6 +172,49 @@ def test_equal_scores_are_ordered_by_session_then_sequence_also_across_the_limit
     assert ids(index.search("same", limit=2)) == ["a5", "a6"]
     assert ids(index.search("same", limit=4, sessions=["b", "c"])) == ["b3", "b9", "c0"]
     assert ids(index.search("", limit=10)) == ["a5", "a6", "a7", "b3", "b9", "c0"]
+
+
+def test_scores_follow_upstream_bm25(index):
+    index.sync("s", [doc("s", "a", 0, "needle needle hay"), doc("s", "b", 1, "needle hay hay"),
+                     doc("s", "c", 2, "hay")], {})
+    n, avg = 3, (3 + 3 + 1) / 3
+
+    def bm25(tf: int, df: int, length: int) -> float:
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        return idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
+
+    hits = index.search("needle")
+    assert [(h.history_id, h.score) for h in hits] == [
+        ("a", pytest.approx(bm25(2, 2, 3))),
+        ("b", pytest.approx(bm25(1, 2, 3))),
+    ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.lists(st.sampled_from(["x", "y", "z", "w"]),
+                                                     min_size=1, max_size=4)),
+        min_size=1, max_size=40,
+    ),
+    st.sampled_from(["x", "y z", "x w"]),
+    st.integers(1, 6),
+)
+def test_the_top_hits_equal_a_full_ranking_by_score_session_and_sequence(rows, query, limit):
+    with tempfile.TemporaryDirectory() as tmp, SearchIndex(Path(tmp) / "index") as ix:
+        by_session: dict[str, list[IndexDoc]] = {}
+        for session, words in rows:  # one sync per row: several segments, odd document order
+            items = by_session.setdefault(session, [])
+            items.insert(0, doc(session, f"{session}{len(items)}", len(items), " ".join(words)))
+            ix.sync(session, list(items), {})
+        q = Or([Term("text", t) for t in query_terms(query)])
+        with ix._reading() as searcher:
+            everything = [_hit(searcher, h.docnum, h.score) for h in searcher.search(q, limit=None)]
+        everything.sort(key=lambda h: (-h.score, h.session, h.sequence))
+        assert ix.search(query, limit=limit) == everything[:limit]
+        assert ix.search(query, limit=limit, sessions=["a", "b"]) == [
+            h for h in everything if h.session in ("a", "b")
+        ][:limit]
 
 
 def test_file_and_tool_filters_match_whole_values_with_any_characters(index):
