@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from index.catalog import Catalog, SessionSummary
 from index.discovery import SessionRefError
+from index.navigator import NavigatorError
 from server.config import Settings, load_settings
 
 Command = Callable[[argparse.Namespace, Settings], int]
@@ -180,11 +182,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Command = args.run
     try:
         return run(args, settings)
-    except (SessionRefError, ValueError) as exc:
+    except (SessionRefError, NavigatorError) as exc:
         print(f"context-paging: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into head(1) or a pager that quit: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

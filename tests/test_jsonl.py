@@ -1,4 +1,4 @@
-"""The tolerant JSONL reader: pending lines, glued objects, surrogates, damage, incremental reads."""
+"""The tolerant JSONL reader: pending lines, glued objects, surrogates, damage, growth."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_a_complete_object_without_newline_is_accepted(tmp_path):
 def test_glued_objects_on_one_line_are_both_recovered(tmp_path):
     path = write(tmp_path, b'{"a": 1}{"b": 2}\n{"c": 3}\n')
     chunk = read_jsonl(path)
-    assert [(r.line, r.value) for r in chunk.records] == [(1, {"a": 1}), (1, {"b": 2}), (2, {"c": 3})]
+    expected = [(1, {"a": 1}), (1, {"b": 2}), (2, {"c": 3})]
+    assert [(r.line, r.value) for r in chunk.records] == expected
     assert [i.kind for i in chunk.issues] == ["glued_objects"]
 
 
@@ -130,7 +131,10 @@ def damaged(draw):
     return data, damaged_data, at
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+TMP_OK = [HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=TMP_OK)
 @given(damaged())
 def test_damaged_files_never_raise_and_keep_every_complete_line_before_the_damage(tmp_path, case):
     original, data, at = case
@@ -142,7 +146,7 @@ def test_damaged_files_never_raise_and_keep_every_complete_line_before_the_damag
     assert after == before
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=TMP_OK)
 @given(damaged())
 def test_damaged_session_files_load_into_history_without_an_exception(tmp_path, case):
     from index.sessions import UnknownFormat, load

@@ -216,8 +216,8 @@ async def test_a_recovery_tool_turn_is_hidden_and_its_output_refused(client, tmp
     error, _, _ = await call(client, "select_context",
                              {"session": "hidden-test", "messages": messages})
     assert not error
-    _, _, browsed = await call(client, "browse_history",
-                               {"direction": "forward", "count": 10, "session": "ledger:hidden-test"})
+    _, _, browsed = await call(client, "browse_history", {
+        "direction": "forward", "count": 10, "session": "ledger:hidden-test"})
     kinds = [(r["kind"], r["tools"]) for r in browsed["references"]]
     assert all("mcp__context-paging__search_history" not in tools for _, tools in kinds)
     assert len(kinds) == 3  # 4 items; the recovery turn is the one left out
@@ -270,7 +270,7 @@ async def test_no_reply_of_any_tool_contains_private_text(client, corpus, path):
     replies.append((await call(client, "browse_history",
                                {"direction": "backward", "count": 10, "session": ref}))[1])
     for item in value["items"]:
-        for index, block in enumerate(item["content"]):
+        for index in range(len(item["content"])):
             replies.append((await call(client, "read_context_output", {
                 "history_id": item["history_id"], "source": "assistant", "content_index": index,
                 "session": ref}))[1])

@@ -29,7 +29,8 @@ def _private_strings(value, inside_private=False, out=None):
         private_block = kind in ("thinking", "redacted_thinking", "reasoning")
         for key, inner in value.items():
             if isinstance(inner, str):
-                if key in PRIVATE_KEYS - {"data"} or (key == "data" and kind == "redacted_thinking"):
+                redacted_data = key == "data" and kind == "redacted_thinking"
+                if key in PRIVATE_KEYS - {"data"} or redacted_data:
                     out.add(inner)
                 elif private_block and key == "text" or inside_private and key == "text":
                     out.add(inner)
