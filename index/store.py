@@ -256,8 +256,10 @@ class SearchIndex:
         q: Query = Or([Term("text", t) for t in terms])
         if restrict is not None:  # intersected while matching, scored by the terms alone
             q = Require(q, restrict)
-        # Whoosh's block skipping trips an assertion in Require's matcher: unfiltered only.
-        collector = RankCollector(limit, usequality=restrict is None)
+        # Whoosh's block skipping trips an assertion in Require's matcher, and its matcher
+        # replacement drops hits under Require: both only for unfiltered queries.
+        unfiltered = restrict is None
+        collector = RankCollector(limit, usequality=unfiltered, replace=10 if unfiltered else 0)
         with self._reading() as searcher:
             searcher.search_with_collector(q, collector)
             return [_hit(searcher, hit.docnum, hit.score) for hit in collector.results()]
