@@ -114,7 +114,7 @@ def test_old_turns_leave_whole_with_a_notice_and_the_window_stays_valid(tmp_path
 def test_each_returned_window_starts_like_the_previous_one_between_advances(tmp_path, fmt):
     svc = service(tmp_path, budget=9_000)
     turns = TURNS[fmt](12)
-    previous = None
+    previous, previous_notice = None, None
     advances = 0
     for n in range(1, 13):
         reply = svc.select("grow", turns[: 4 * n] + [{"role": "user", "content": "next"}])
