@@ -55,9 +55,13 @@ def check_session_id(session: str) -> str:
 
 
 def fingerprint(message: Any) -> str:
-    """Content hash of one message: canonical JSON (sorted keys), stable across processes."""
-    text = json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    """Content hash of one message: canonical JSON (sorted keys, ASCII), stable across processes.
+
+    SHA-256 because it is the fastest hash here (CPU instructions): the whole conversation is
+    fingerprinted on every call, so this is select_context's largest fixed cost.
+    """
+    text = json.dumps(message, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
 
 
 def chain_ids(fingerprints: Sequence[str | None]) -> list[str | None]:
@@ -87,6 +91,7 @@ class LedgerSession:
         self.head: str | None = None
         self.issues: list[Issue] = []
         self._items: tuple[str | None, int, tuple[HistoryItem, ...]] | None = None
+        self._converted: dict[str, list[Message]] = {}  # id -> its Messages (ids fix the prefix)
 
     def refresh(self) -> None:
         if not self.path.exists() or self.cursor.unchanged():
@@ -94,6 +99,7 @@ class LedgerSession:
         chunk, restarted = self.cursor.read()
         if restarted:
             self.records, self.head, self.issues = {}, None, []
+            self._converted = {}
         self.issues.extend(chunk.issues)
         for record in chunk.records:
             value = record.value
@@ -154,11 +160,18 @@ class LedgerSession:
         names: dict[str, str] = {}
         out: list[Message] = []
         for message_id in self.path_ids():
-            record = self.records[message_id]
-            body = record.get("message")
-            if isinstance(body, dict):
-                out.extend(host_messages(body, str(record.get("format", "pi")), message_id, names,
-                                         str(record.get("ts", ""))))
+            converted = self._converted.get(message_id)
+            if converted is None:
+                record = self.records[message_id]
+                body = record.get("message")
+                converted = host_messages(
+                    body, str(record.get("format", "pi")), message_id, names,
+                    str(record.get("ts", "")),
+                ) if isinstance(body, dict) else []
+                self._converted[message_id] = converted
+            else:
+                _remember_names(converted, names)
+            out.extend(converted)
         return out
 
     def items(self) -> tuple[HistoryItem, ...]:
@@ -172,6 +185,13 @@ class LedgerSession:
         stat = self.path.stat() if self.path.exists() else None
         return {"path": str(self.path), "size": stat.st_size if stat else 0,
                 "mtime_ns": stat.st_mtime_ns if stat else 0, "head": self.head}
+
+
+def _remember_names(messages: Sequence[Message], names: dict[str, str]) -> None:
+    """Keep the call-id → tool-name map complete when converted messages come from the cache."""
+    for message in messages:
+        for call in message.tool_calls:
+            names[call.id] = call.name
 
 
 def _last_byte(path: Path) -> bytes:

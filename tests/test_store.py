@@ -442,9 +442,10 @@ KILLED_CHILD = textwrap.dedent(
 
     ix = SearchIndex(Path(sys.argv[1]))
     words = " ".join(f"w{k}" for k in range(300))
-    docs = [IndexDoc("big", f"b{i}", i, "user", "t", f"big{i} {words} {i * 7919}")
+    session = sys.argv[3]  # new each time: a kill after the commit leaves nothing to redo
+    docs = [IndexDoc(session, f"b{i}", i, "user", "t", f"big{i} {words} {i * 7919}")
             for i in range(int(sys.argv[2]))]
-    ix.sync("big", docs, {"n": len(docs)})
+    ix.sync(session, docs, {"n": len(docs)})
     """
 )
 
@@ -460,9 +461,11 @@ def test_a_writer_killed_mid_commit_leaves_an_index_the_next_open_can_use(tmp_pa
     with SearchIndex(directory) as ix:
         ix.sync("base", base, {"v": 1})
     landed_inside = 0
-    for delay in (0.0, 0.1, 0.4, 0.8, 1.1):  # the commit takes about a second
-        child = subprocess.Popen([sys.executable, "-c", KILLED_CHILD, str(directory), "600"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for attempt, delay in enumerate((0.0, 0.1, 0.4, 0.8, 1.1)):  # a commit takes about 1 s
+        child = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CHILD, str(directory), "600", f"big{attempt}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
         try:
             assert _read_line(child.stdout, 60) == "commit\n", child.stderr.read()
             try:

@@ -1,0 +1,80 @@
+"""Search quality on the real fixtures: an exact detail from an old tool output finds its turn.
+
+For every fixture, the test picks, from the tool outputs in the first half of the session, the
+distinctive strings a model would search for later — an identifier or path that occurs in one
+turn's output only, and a whole error line — and requires the turn that produced them among the
+top three hits. The picking is mechanical (no hand-chosen queries), so every fixture is covered.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from index.analysis import tokens
+from index.history import content_text, search_text
+from index.service import History
+from tests.conftest import ALL_FIXTURES
+from tests.test_protocol import lay_out
+
+_IDENTIFIER = re.compile(r"[a-z]")
+_ERRORISH = re.compile(r"error|exception|failed|not found|denied|traceback", re.I)
+
+
+def candidates(items):
+    """(query, owning history_id) pairs from the first half of a session's tool outputs."""
+    half = items[: max(1, len(items) // 2)]
+    frequency: dict[str, set[str]] = {}
+    for item in items:
+        for token in set(tokens(search_text(item))):
+            frequency.setdefault(token, set()).add(item.history_id)
+    picks = []
+    for item in half:
+        if item.kind != "model_turn" or item.is_recovery_turn:
+            continue
+        output = "\n".join(content_text(r.content) for r in item.tool_results)
+        unique = [t for t in dict.fromkeys(tokens(output))
+                  if len(t) >= 8 and _IDENTIFIER.search(t) and any(c in t for c in "._/-0123456789")
+                  and frequency.get(t) == {item.history_id}]
+        if unique:
+            picks.append((unique[0], item.history_id))
+        error_line = next((line.strip() for line in output.splitlines()
+                           if _ERRORISH.search(line) and 20 <= len(line.strip()) <= 150
+                           and any(frequency.get(t) == {item.history_id} for t in tokens(line))),
+                          None)
+        if error_line:
+            picks.append((error_line[:190], item.history_id))
+    return picks
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("quality")
+    roots = lay_out(tmp)
+    history = History(roots, tmp / "home")
+    yield history
+    history.close()
+
+
+@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: p.name)
+def test_a_distinctive_detail_from_an_early_tool_output_finds_its_turn_in_the_top_3(history, path):
+    ref = next(f.ref for f in _files(history) if f.path.name.endswith(path.name))
+    items = history.navigator(ref).raw
+    picks = candidates(items)
+    if not any(item.tool_results for item in items[: max(1, len(items) // 2)]):
+        assert picks == []  # a session without early tool output has nothing to find
+        return
+    assert picks, "an early tool output should yield at least one distinctive detail"
+    misses = []
+    for query, owner in picks:
+        hits = history.search(query, session=ref, limit=3).references
+        if owner not in [hit["history_id"] for hit in hits]:
+            misses.append(query)
+    assert misses == []
+
+
+def _files(history):
+    from index.discovery import iter_session_files
+
+    return list(iter_session_files(history.catalog.roots))
