@@ -97,7 +97,10 @@ def _by_id(ident: str, roots: Mapping[str, Path | None], source: str | None) -> 
     matches = exact or (prefixed if len(ident) >= MIN_PREFIX else [])
     label = f"{source}:{ident}" if source else ident
     if not matches:
-        raise SessionRefError(f"no session matches {label!r}; list_sessions shows valid references")
+        raise SessionRefError(
+            f"no session matches {label!r}; list sessions (the list_sessions tool or "
+            "`context-paging sessions`) for valid references"
+        )
     if len(matches) > 1:
         names = ", ".join(m.ref for m in matches[:5])
         raise SessionRefError(

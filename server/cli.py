@@ -55,9 +55,9 @@ def _size(size: int) -> str:
 
 
 def _history(settings: Settings):
-    from index.service import History
+    from server.mcp_server import make_history
 
-    return History(settings.roots, settings.home)
+    return make_history(settings)
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -125,6 +125,17 @@ def _progress_bar():
     return show
 
 
+def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from index.stats import render
+
+    history = _history(settings)
+    try:
+        print(render(history.stats(args.session, settings.paging_enabled)))
+    finally:
+        history.close()
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from server.demo import run_demo
 
@@ -165,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--session", help="session reference (default: this directory's newest)")
     index.add_argument("--all", action="store_true", help="every session under the roots")
     index.set_defaults(run=_cmd_index)
+
+    stats = commands.add_parser("stats", help="saved history, latest request and cache totals")
+    stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")
+    stats.set_defaults(run=_cmd_stats)
 
     demo = commands.add_parser("demo", help="run the main job on bundled sample data")
     demo.set_defaults(run=_cmd_demo)

@@ -35,8 +35,9 @@ def candidates(items):
             continue
         output = "\n".join(content_text(r.content) for r in item.tool_results)
         unique = [t for t in dict.fromkeys(tokens(output))
-                  if len(t) >= 8 and _IDENTIFIER.search(t) and any(c in t for c in "._/-0123456789")
+                  if len(t) >= 5 and _IDENTIFIER.search(t)
                   and frequency.get(t) == {item.history_id}]
+        unique.sort(key=lambda t: not any(c in t for c in "._/-0123456789"))  # identifiers first
         if unique:
             picks.append((unique[0], item.history_id))
         error_line = next((line.strip() for line in output.splitlines()

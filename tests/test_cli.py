@@ -1,0 +1,58 @@
+"""The command line: demo, search, index, stats, as a person runs them."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.cli import main
+from tests.test_protocol import lay_out, write_config
+
+
+def test_the_demo_pages_the_sample_session_and_recovers_the_evicted_error(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "paged" in out and "protected_overflow" in out
+    assert "Context paging notice" in out
+    assert "612: 2026-11-19T23:41:07Z checkout  ERROR redis connect failed: ECONNREFUSED" in out
+
+
+@pytest.fixture
+def home(tmp_path):
+    roots = lay_out(tmp_path)
+    home = tmp_path / "home"
+    write_config(home, roots)
+    return home
+
+
+def test_search_prints_references_for_a_session(home, capsys):
+    ref = "pi:pi-v1-real-two-compactions-bash-exec"
+    assert main(["--home", str(home), "search", "tui-renderer.ts", "--session", ref]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(ref) and "model_turn" in out and "src/tui" in out
+
+
+def test_search_says_when_nothing_matches(home, capsys):
+    ref = "pi:pi-v3-real-redacted-smoke-session-info"
+    assert main(["--home", str(home), "search", "zzzqqqxxx", "--session", ref]) == 1
+    assert "No match" in capsys.readouterr().out
+
+
+def test_index_all_then_again_reports_nothing_to_do(home, capsys):
+    assert main(["--home", str(home), "index", "--all"]) == 0
+    first = capsys.readouterr().out
+    assert main(["--home", str(home), "index", "--all"]) == 0
+    second = capsys.readouterr().out
+    assert "21 session(s)" in first and "0 session(s)" in second
+
+
+def test_an_unknown_session_is_a_clear_error_on_stderr(home, capsys):
+    assert main(["--home", str(home), "stats", "--session", "claude:nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no session matches 'claude:nope'" in captured.err
+
+
+def test_stats_of_a_session_file_show_cache_totals(home, capsys):
+    ref = "claude:cc-2.1.38-small-tool-heavy-queue-ops"
+    assert main(["--home", str(home), "stats", "--session", ref]) == 0
+    out = capsys.readouterr().out
+    assert "SESSION — complete saved history" in out and "Tokens read" in out
