@@ -225,7 +225,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
                 except ToolFailure as exc:
                     return _error(exc)
 
-            server.tool(title=title, annotations=annotations)(wrapper)
+            description = " ".join((fn.__doc__ or "").split())
+            server.tool(title=title, description=description, annotations=annotations)(wrapper)
             return fn
 
         return register

@@ -1,0 +1,18 @@
+"""The README's tool reference is generated from the committed tools/list snapshot."""
+
+from __future__ import annotations
+
+from server.docs import BEGIN, END, reference, snapshot_tools
+from tests.conftest import PROJECT
+
+
+def test_the_readme_tool_reference_matches_the_tool_schemas():
+    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
+    block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block == "\n" + reference(snapshot_tools()), "run: python -m server.docs --write"
+
+
+def test_the_readme_shows_the_two_front_door_commands():
+    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
+    assert "pip install . && context-paging demo" in readme
+    assert "pip install -e '.[test]' && pytest" in readme
