@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from index.catalog import Catalog, SessionSummary
 from index.discovery import SessionRefError
 from index.navigator import NavigatorError
+from server import clients
 from server.config import Settings, load_settings
 
 Command = Callable[[argparse.Namespace, Settings], int]
@@ -125,6 +126,11 @@ def _progress_bar():
     return show
 
 
+def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    print(clients.render_config(settings))
+    return 0
+
+
 def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from index.stats import render
 
@@ -176,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--session", help="session reference (default: this directory's newest)")
     index.add_argument("--all", action="store_true", help="every session under the roots")
     index.set_defaults(run=_cmd_index)
+
+    config = commands.add_parser("config", help="show the resolved settings and their sources")
+    config.set_defaults(run=_cmd_config)
+
+    install = commands.add_parser(
+        "install-config", help="print (or --write) an MCP client's configuration for this server")
+    clients.add_arguments(install)
+    install.set_defaults(run=clients.run)
 
     stats = commands.add_parser("stats", help="saved history, latest request and cache totals")
     stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")
