@@ -129,7 +129,8 @@ def generate(root: Path, megabytes: int, file_mb: int = 5, seed: int = 7) -> lis
             path = root / "claude" / "-bench-claude" / f"{ident}.jsonl"
             writer = claude_session
         else:
-            path = root / "codex" / "2026" / "11" / "01" / f"rollout-2026-11-01T00-00-00-{ident}.jsonl"
+            day = root / "codex" / "2026" / "11" / "01"
+            path = day / f"rollout-2026-11-01T00-00-00-{ident}.jsonl"
             writer = codex_session
         path.parent.mkdir(parents=True, exist_ok=True)
         writer(path, rng, turns, lines)
