@@ -279,3 +279,22 @@ async def test_no_reply_of_any_tool_contains_private_text(client, corpus, path):
                 "tool_call_id": result["tool_call_id"], "session": ref}))[1])
     everything = "\n".join(replies)
     assert [s for s in private if s in everything] == []
+
+
+async def test_the_first_search_of_an_unindexed_session_reports_progress(corpus, tmp_path):
+    _, roots, _ = corpus
+    fresh_home = tmp_path / "fresh-home"
+    write_config(fresh_home, roots)
+    server = create_server(load_settings(home=fresh_home))
+    updates = []
+
+    async def on_progress(progress, total, message):
+        updates.append((progress, total, message))
+
+    ref = ref_of(corpus, "cc-2.1.37-tools-thinking-progress-hooks.jsonl")
+    async with Client(server) as c:
+        result = await c.call_tool("search_history", {"query": "hook", "session": ref},
+                                   progress_callback=on_progress)
+    server.history.close()
+    assert not result.is_error
+    assert updates and ref in updates[0][2]
