@@ -1,0 +1,280 @@
+"""Reading a conversation: runs, turns, tool calls, questions and sizes (§6, §7).
+
+Input shape, used by the whole package: ``entries`` is a sequence of ``(history_id, message)``
+pairs, oldest first, where ``message`` is a Pi AgentMessage dict (``user``, ``assistant`` with
+``text``/``thinking``/``toolCall`` blocks and ``stopReason``, ``toolResult`` with
+``toolCallId``/``toolName``/``content``/``isError``, ``custom``, ``system``, ``bashExecution``,
+``compactionSummary``, ``branchSummary``). The history id is the message's stable id in stored
+history; the messages of one history item (an assistant and its tool results) may share it. Tool
+outputs are addressed by their ``toolCallId``, exchanges by the history id of their prompt.
+
+A *run* is a non-steering user prompt and everything after it up to the next one. A user
+message is *steering* when the closest earlier message (custom notices skipped) is a tool
+result, or an assistant with tool calls that did not stop as aborted/error: it was typed while
+the agent worked, so it belongs to the run in progress. A *turn* is one assistant message of a
+run, counted from 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paging.distill.render import plural, tool_label
+from paging.tokens import image_size
+
+Entry = tuple[str, Mapping[str, Any]]
+Message = Mapping[str, Any]
+
+IMAGE_UNKNOWN_TOKENS = 1_600
+IMAGE_MAX_TOKENS = 6_700
+LATER_CALLS_LIMIT = 30
+EDITABLE_ROLES = frozenset({"user", "assistant", "toolResult", "custom"})
+_INTERRUPTED = frozenset({"aborted", "error"})
+_READ_TOOLS = frozenset({"read"})
+_WRITE_TOOLS = frozenset({"edit", "write", "multiedit"})
+
+
+def role(message: Message) -> Any:
+    return message.get("role")
+
+
+def blocks(message: Message) -> list[Mapping[str, Any]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, Mapping)]
+
+
+def text_of(message: Message) -> str:
+    """The text blocks joined with newlines (a string content is its own text)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text"
+    )
+
+
+def images_of(message: Message) -> list[Mapping[str, Any]]:
+    return [b for b in blocks(message) if b.get("type") == "image"]
+
+
+def tool_calls(message: Message) -> list[Mapping[str, Any]]:
+    if role(message) != "assistant":
+        return []
+    return [
+        b
+        for b in blocks(message)
+        if b.get("type") == "toolCall" and isinstance(b.get("id"), str)
+        and isinstance(b.get("name"), str)
+    ]
+
+
+def arguments_of(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    arguments = call.get("arguments")
+    return arguments if isinstance(arguments, Mapping) else {}
+
+
+def is_interrupted(message: Message) -> bool:
+    return role(message) == "assistant" and message.get("stopReason") in _INTERRUPTED
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def image_cost(block: Mapping[str, Any]) -> tuple[int, tuple[int, int] | None]:
+    """Tokens of an image (``ceil(w·h / 750)`` within 1…6,700; 1,600 when unreadable)."""
+    size = image_size(str(block.get("data", "")))
+    if size is None:
+        return IMAGE_UNKNOWN_TOKENS, None
+    return max(1, min(IMAGE_MAX_TOKENS, math.ceil(size[0] * size[1] / 750))), size
+
+
+def content_chars(message: Message) -> int:
+    """A message's size in text chars: an image counts its tokens × 4, thinking its text plus
+    half its signature, a tool call its name plus its arguments JSON, other blocks their JSON."""
+    kind = role(message)
+    if kind == "bashExecution":
+        return len(str(message.get("command", ""))) + len(str(message.get("output", "")))
+    if kind in ("compactionSummary", "branchSummary"):
+        return len(str(message.get("summary", "")))
+    content = message.get("content")
+    if isinstance(content, str):
+        return len(content)
+    total = 0
+    for block in blocks(message):
+        kind = block.get("type")
+        if kind == "text":
+            total += len(str(block.get("text", "")))
+        elif kind == "image":
+            total += image_cost(block)[0] * 4
+        elif kind == "thinking":
+            signature = str(block.get("thinkingSignature") or block.get("signature") or "")
+            total += len(str(block.get("thinking", ""))) + len(signature) // 2
+        elif kind == "toolCall":
+            total += len(str(block.get("name", ""))) + len(dumps(block.get("arguments", {})))
+        else:
+            total += len(dumps(block))
+    return total
+
+
+def is_steering(messages: Sequence[Message], index: int) -> bool:
+    for earlier in reversed(messages[:index]):
+        kind = role(earlier)
+        if kind == "custom":
+            continue
+        if kind == "toolResult":
+            return True
+        return bool(tool_calls(earlier)) and not is_interrupted(earlier)
+    return False
+
+
+def run_starts(messages: Sequence[Message]) -> list[int]:
+    """Indexes of the non-steering user messages: where runs and exchanges start."""
+    return [
+        i for i, m in enumerate(messages) if role(m) == "user" and not is_steering(messages, i)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+    turn: int
+    index: int  # of the assistant message
+
+    @property
+    def label(self) -> str:
+        return tool_label(self.name, self.arguments)
+
+
+def calls_of(messages: Sequence[Message], start: int, end: int) -> list[Call]:
+    """Tool calls of the assistant messages in [start, end), with their turn in that span."""
+    calls: list[Call] = []
+    turn = -1
+    for i in range(start, end):
+        if role(messages[i]) != "assistant":
+            continue
+        turn += 1
+        for block in tool_calls(messages[i]):
+            calls.append(Call(block["id"], block["name"], arguments_of(block), turn, i))
+    return calls
+
+
+def assistant_count(messages: Sequence[Message], start: int = 0, end: int | None = None) -> int:
+    return sum(1 for m in messages[start:end] if role(m) == "assistant")
+
+
+def prompt_text(message: Message) -> str:
+    text = text_of(message)
+    if not text.strip() and images_of(message):
+        return "[an image, no text]"
+    return text
+
+
+def question_of(messages: Sequence[Message], start: int, end: int) -> str:
+    """The run's prompt, plus every steering message the user added while it ran."""
+    parts = [prompt_text(messages[start])]
+    for i in range(start + 1, end):
+        if role(messages[i]) == "user":
+            parts.append(f"[added by the user during the run] {prompt_text(messages[i])}")
+    return "\n\n".join(parts)
+
+
+def assistant_texts(messages: Sequence[Message], start: int, end: int) -> list[str]:
+    return [
+        text
+        for m in messages[start:end]
+        if role(m) == "assistant" and (text := text_of(m)).strip()
+    ]
+
+
+def normalize_path(path: str) -> str:
+    while path.startswith("./"):
+        path = path[2:]
+    while "//" in path:
+        path = path.replace("//", "/")
+    return path
+
+
+def normalize_command(command: str) -> str:
+    command = " ".join(command.split())
+    if command.endswith("2>&1"):
+        command = command[: -len("2>&1")]
+    return command.strip()
+
+
+def _path(arguments: Mapping[str, Any]) -> str | None:
+    for key in ("path", "file_path", "file"):
+        value = arguments.get(key)
+        if isinstance(value, str) and value:
+            return normalize_path(value)
+    return None
+
+
+def _command(arguments: Mapping[str, Any]) -> str | None:
+    for key in ("command", "cmd"):
+        value = arguments.get(key)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = " ".join(value)
+        if isinstance(value, str) and value.strip():
+            return normalize_command(value)
+    return None
+
+
+def _range(arguments: Mapping[str, Any]) -> tuple[Any, Any]:
+    return arguments.get("offset", 1), arguments.get("limit")
+
+
+def superseded_by(
+    tool: str, arguments: Mapping[str, Any], turn: int, calls: Sequence[Call]
+) -> str | None:
+    """Why a newer call made this output out of date, or None (§7; later turns only)."""
+    later = [c for c in calls if c.turn > turn]
+
+    def when(call: Call) -> str:
+        return plural(call.turn - turn, "turn") + " later"
+
+    name = tool.lower()
+    path = _path(arguments)
+    if name in _READ_TOOLS and path is not None:
+        for call in later:
+            if call.name.lower() in _WRITE_TOOLS and _path(call.arguments) == path:
+                return f"the file changed after this read ({call.label}, {when(call)})"
+        for call in later:
+            if (
+                call.name.lower() in _READ_TOOLS
+                and _path(call.arguments) == path
+                and _range(call.arguments) == _range(arguments)
+            ):
+                return f"the same lines were read again later ({call.label}, {when(call)})"
+        return None
+    command = _command(arguments)
+    if command is not None:
+        for call in later:
+            if _command(call.arguments) == command:
+                return f"the same command ran again later ({when(call)})"
+        return None
+    own = dumps(arguments)
+    for call in later:
+        if call.name == tool and dumps(call.arguments) == own:
+            return f"the same {tool} call ran again later ({when(call)})"
+    return None
+
+
+def later_calls_for(
+    turn: int, calls: Sequence[Call], limit: int = LATER_CALLS_LIMIT
+) -> tuple[str, ...]:
+    """Labels of the calls made after ``turn``; a long list keeps both ends."""
+    labels = [c.label for c in calls if c.turn > turn]
+    if len(labels) <= limit:
+        return tuple(labels)
+    half = limit // 2
+    skipped = len(labels) - 2 * half
+    return (*labels[:half], f"[… {skipped} more calls …]", *labels[-half:])

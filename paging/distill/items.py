@@ -1,0 +1,304 @@
+"""What can be distilled: large and small tool outputs, old exchanges, old images (§6).
+
+Candidate rules shared by large and small outputs: a ``toolResult`` of a call made in the run,
+made only of text (no images), not an error unless ``distill_errors``, a tool not in
+``exclude_tools`` (compared case-insensitively, so hosts that capitalise tool names match), at
+least the size floor, and not already a replacement (text starting with our marker or the
+upstream extension's — the host or another tool already edited it).
+
+Changed from upstream: outputs of this server's recovery tools (``recall``, ``load_history`` …)
+are never candidates, not even at run end, because ``recall`` refuses to return them (it points
+to the original instead), so a stub on one would name a recall call that fails.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paging.distill.config import DistillConfig
+from paging.distill.conversation import (
+    EDITABLE_ROLES,
+    Call,
+    Message,
+    assistant_count,
+    assistant_texts,
+    blocks,
+    calls_of,
+    content_chars,
+    image_cost,
+    images_of,
+    later_calls_for,
+    prompt_text,
+    role,
+    run_starts,
+    superseded_by,
+    text_of,
+    tool_calls,
+)
+from paging.distill.render import (
+    Source,
+    exchange_stub,
+    image_stub,
+    is_marked,
+    small_stub,
+    tool_label,
+)
+
+EXCHANGE_MIN_CHARS = 2_000
+SMALL_ITEM_OUTPUT_CHARS = 4_000
+RECOVERY_TOOLS = frozenset(
+    {"search_history", "browse_history", "load_history", "read_context_output", "recall",
+     "list_sessions"}
+)
+
+
+def is_recovery_tool(name: str) -> bool:
+    """This server's recovery tools, also under a host's namespaced name (``mcp__x__recall``)."""
+    return name in RECOVERY_TOOLS or re.split(r"__|[./:]", name)[-1] in RECOVERY_TOOLS
+
+
+@dataclass(frozen=True, slots=True)
+class OutputItem:
+    call_id: str
+    index: int  # entry index of the tool result
+    tool: str
+    arguments: Mapping[str, Any]
+    text: str
+    turn: int
+    is_error: bool = False
+    superseded: str = ""
+    later_calls: tuple[str, ...] = ()
+
+    @property
+    def source(self) -> Source:
+        return Source(self.call_id, self.tool, self.arguments, self.text)
+
+    @property
+    def label(self) -> str:
+        return tool_label(self.tool, self.arguments)
+
+
+def collect_outputs(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    config: DistillConfig,
+    *,
+    floor: int,
+    ceiling: int | None = None,
+    youngest: int | None = None,
+    skip: Container[str] = frozenset(),
+) -> list[OutputItem]:
+    """Candidate outputs of the run [start, end) with ``floor ≤ len < ceiling``, made at a turn
+    ≤ ``youngest`` (mid-run), whose call id is not in ``skip``."""
+    calls = calls_of(messages, start, end)
+    by_id = {c.id: c for c in calls}
+    excluded = {t.lower() for t in config.exclude_tools}
+    items: list[OutputItem] = []
+    for i in range(start, end):
+        message = messages[i]
+        call = by_id.get(message.get("toolCallId")) if role(message) == "toolResult" else None
+        if call is None or call.id in skip or images_of(message):
+            continue
+        if youngest is not None and call.turn > youngest:
+            continue
+        is_error = message.get("isError") is True
+        tool = message.get("toolName") or call.name or "tool"
+        text = text_of(message)
+        if (
+            (is_error and not config.distill_errors)
+            or not isinstance(tool, str)
+            or tool.lower() in excluded
+            or is_recovery_tool(tool)
+            or len(text) < floor
+            or (ceiling is not None and len(text) >= ceiling)
+            or is_marked(text)
+        ):
+            continue
+        superseded = superseded_by(tool, call.arguments, call.turn, calls) or ""
+        later = later_calls_for(call.turn, calls)
+        items.append(
+            OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error, superseded,
+                       later)
+        )
+    return items
+
+
+def collect_small(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    config: DistillConfig,
+    *,
+    youngest: int | None = None,
+    skip: Container[str] = frozenset(),
+) -> list[OutputItem]:
+    """Outputs from ``small_result_min_chars`` up to ``min_result_chars``, judged whole; only
+    those whose stub would be shorter than the output."""
+    if config.small_result_min_chars <= 0:
+        return []
+    items = collect_outputs(
+        messages, start, end, config, floor=config.small_result_min_chars,
+        ceiling=config.min_result_chars, youngest=youngest, skip=skip,
+    )
+    return [item for item in items if len(small_stub(item.source)) < len(item.text)]
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    history_id: str  # of the prompt
+    index: int
+    end: int  # exclusive
+    prompt: str
+    answer: str
+    tool_calls: tuple[str, ...]
+    messages: int
+    chars: int
+    omitted: tuple[str, ...]  # history ids of the editable entries after the prompt
+
+    @property
+    def stub(self) -> str:
+        return exchange_stub(self.history_id, self.prompt, self.messages, self.chars)
+
+
+def collect_exchanges(
+    ids: Sequence[str],
+    messages: Sequence[Message],
+    run_start: int,
+    keep_recent: int,
+    skip: Container[str] = frozenset(),
+) -> list[Exchange]:
+    """Earlier, finished exchanges before ``run_start``, without the last ``keep_recent``.
+
+    Skipped: a prompt without an id, judged already (``skip``) or already a replacement; a span
+    with an editable entry that has no id (it could not be left out by id); no assistant
+    message; a last assistant message with tool calls (unfinished); under 2,000 chars of
+    editable content, or a stub that would not be shorter. System messages, bash executions and
+    summaries are not editable: they stay where they are.
+    """
+    bounds = [i for i in run_starts(messages) if i < run_start] + [run_start]
+    judged = max(0, len(bounds) - 1 - keep_recent)
+    items: list[Exchange] = []
+    for start, end in zip(bounds[:judged], bounds[1 : judged + 1], strict=True):
+        exchange = _exchange(ids, messages, start, end, skip)
+        if exchange is not None:
+            items.append(exchange)
+    return items
+
+
+def _exchange(
+    ids: Sequence[str], messages: Sequence[Message], start: int, end: int, skip: Container[str]
+) -> Exchange | None:
+    prompt_id = ids[start]
+    prompt = prompt_text(messages[start])
+    if not prompt_id or prompt_id in skip or is_marked(text_of(messages[start])):
+        return None
+    editable = [i for i in range(start, end) if role(messages[i]) in EDITABLE_ROLES]
+    if any(not ids[i] for i in editable):
+        return None
+    assistants = [i for i in editable if role(messages[i]) == "assistant"]
+    if not assistants or tool_calls(messages[assistants[-1]]):
+        return None
+    chars = sum(content_chars(messages[i]) for i in editable)
+    omitted = tuple(dict.fromkeys(ids[i] for i in editable[1:] if ids[i] != prompt_id))
+    answers = assistant_texts(messages, start, end)
+    calls = tuple(c.label for c in calls_of(messages, start, end))
+    item = Exchange(prompt_id, start, end, prompt, answers[-1] if answers else "", calls,
+                    end - start, chars, omitted)
+    if chars < EXCHANGE_MIN_CHARS or len(item.stub) >= chars:
+        return None
+    return item
+
+
+@dataclass(frozen=True, slots=True)
+class ImageItem:
+    call_id: str
+    index: int
+    count: int
+    tokens: int
+    age: int
+    label: str
+    stub: str
+    before: int
+    after: int
+
+
+def collect_images(
+    messages: Sequence[Message],
+    keep_turns: int,
+    skip: Container[str] = frozenset(),
+) -> list[ImageItem]:
+    """Tool outputs with images that ``keep_turns`` or more assistant messages follow.
+
+    Age alone decides; user images are always kept; an output already marked (our image stub
+    leads it, or someone else edited it) is left alone.
+    """
+    if keep_turns <= 0:
+        return []
+    calls: dict[str, Call] = {c.id: c for c in calls_of(messages, 0, len(messages))}
+    items: list[ImageItem] = []
+    after = assistant_count(messages)
+    for i, message in enumerate(messages):
+        if role(message) == "assistant":
+            after -= 1
+        call_id = message.get("toolCallId")
+        if role(message) != "toolResult" or not isinstance(call_id, str) or call_id in skip:
+            continue
+        images = images_of(message)
+        if not images or after < keep_turns or is_marked(text_of(message)):
+            continue
+        costs = [image_cost(b) for b in images]
+        tokens = sum(t for t, _ in costs)
+        sizes = [s for _, s in costs if s is not None]
+        stub = image_stub(call_id, len(images), sizes, tokens, after)
+        texts = sum(len(str(b.get("text", ""))) for b in blocks(message) if b.get("type") == "text")
+        call = calls.get(call_id)
+        tool = message.get("toolName") or (call.name if call else "tool")
+        label = tool_label(str(tool), call.arguments if call else {})
+        items.append(ImageItem(call_id, i, len(images), tokens, after,
+                               f"{label} ({len(images)} image{'s' if len(images) > 1 else ''})",
+                               stub, content_chars(message), len(stub) + texts))
+    return items
+
+
+def cited_files(answer: str, files: Sequence[str]) -> set[str]:
+    """Files the answer names: the full path, or the basename when it has ≥ 4 chars, with no
+    word char, ``.`` or ``-`` before it and no word char or ``-`` after it."""
+    cited: set[str] = set()
+    for file in files:
+        names = [file]
+        base = file.rsplit("/", 1)[-1]
+        if base != file and len(base) >= 4:
+            names.append(base)
+        for name in names:
+            if name and re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", answer):
+                cited.add(file)
+                break
+    return cited
+
+
+def batch_items(sizes: Sequence[int], max_chars: int, max_items: int) -> list[list[int]]:
+    """Consecutive item indexes grouped within ``max_chars`` and ``max_items`` per batch."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, size in enumerate(sizes):
+        if current and (total + size > max_chars or len(current) >= max_items):
+            batches.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += size
+    if current:
+        batches.append(current)
+    return batches
+
+
+def small_item_size(item: OutputItem) -> int:
+    return min(len(item.text), SMALL_ITEM_OUTPUT_CHARS) + 200
+
+
+def exchange_item_size(item: Exchange) -> int:
+    return min(len(item.prompt), 600) + min(len(item.answer), 800) + 60 * len(item.tool_calls) + 200

@@ -1,0 +1,337 @@
+"""Judges: who says which chunks are still needed (DESIGN.md "judge").
+
+A judge answers one :class:`~paging.distill.plan.Segment` at a time: the chunks of one part of
+a large output, or a batch of small outputs or of old exchanges (chunk ``i`` = item ``i``). It
+returns a score in [0, 1] per chunk index — P(still needed) — or None for "cannot judge", which
+keeps everything. The thresholds of the config apply to these scores.
+
+* :class:`LocalJudge` — offline and deterministic. Evidence from the final answer, the notes
+  and the user's next request (identifiers, paths, quoted lines) keeps a chunk at 1.0, even in
+  an out-of-date output; otherwise a superseded output scores 0. Evidence from the request,
+  the later tool calls and the earlier conversation keeps a chunk at 0.9; failure lines keep a
+  chunk at checkpoints. Then lexical overlap: a chunk that shares a content word with the work
+  is kept; only one that shares none scores low. In grep output a word found in most chunks
+  (the search pattern) is no evidence. With no words to compare at all it returns None. Any
+  doubt → keep.
+* The ``sampling`` judge lives in the server (it needs MCP). It sends
+  :func:`prompt_for_segment` for each segment, reads the reply with :func:`parse_chunk_ids`
+  (None on any doubt → keep) and turns the ids into scores with :func:`scores_from_ids`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from paging.distill.chunk import KNOWN_EXTENSION, Chunk
+from paging.distill.model import JudgeContext, Question
+from paging.distill.render import clip
+
+
+class Judge(Protocol):
+    name: str
+
+    def judge(
+        self, question: Question, chunks: Sequence[Chunk], context: JudgeContext
+    ) -> Mapping[int, float] | None: ...
+
+
+_BACKTICK = re.compile(r"`([^`\n]+)`")
+_FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+_PATH = re.compile(r"[\w@~+-][\w@~.+-]*(?:/[\w@~.+-]+)+|[\w+-][\w.+-]*\.[A-Za-z][A-Za-z0-9]{0,9}")
+_TOKEN = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
+_FAILURE = re.compile(
+    r"\b(?:FAIL(?:ED|URE)?|ERROR|Error|error:|Traceback|\w*Exception|AssertionError|"
+    r"assert(?:ion)?|panic(?:ked)?)\b"
+)
+_STOPWORDS = frozenset(
+    """about above after again also always another anything around because been before being
+    below between both cannot could does doing done down during each either else even every
+    file files find found from further have having here into itself just keep know last like
+    line lines look made make many more most much must need needs next none only other ours
+    over please same shall should show shows some such sure than that their them then there
+    these they this those though through under until upon very want wants well were what when
+    where which while will with within without would your yours okay thanks true false null
+    return function class const self none print value values used using uses""".split()
+)
+
+
+def _stem(word: str) -> str:
+    word = word.lower()
+    for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: len(word) - len(suffix)] + repl
+    return word
+
+
+def terms(text: str) -> set[str]:
+    return {_stem(w) for w in _WORD.findall(text) if w.lower() not in _STOPWORDS}
+
+
+def _is_identifier(token: str) -> bool:
+    if len(token) < 3:
+        return False
+    core = token.strip("_$")
+    return (
+        "_" in core
+        or re.search(r"[a-z][A-Z]", token) is not None
+        or re.fullmatch(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+", token) is not None
+        or (re.search(r"[A-Za-z]", token) is not None and re.search(r"\d", token) is not None)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Anchors found in a text: exact lines it quotes, paths and identifiers it names."""
+
+    quoted: frozenset[str]
+    paths: frozenset[str]
+    identifiers: frozenset[str]
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> Evidence:
+        quoted: set[str] = set()
+        paths: set[str] = set()
+        identifiers: set[str] = set()
+        for text in texts:
+            spans = _BACKTICK.findall(text)
+            lines = [ln for block in _FENCE.findall(text) for ln in block.split("\n")]
+            lines += [ln[1:] for ln in text.split("\n") if ln.startswith(">")]
+            for span in [*spans, *lines]:
+                span = span.strip()
+                if len(span) >= 8 and not _TOKEN.fullmatch(span):
+                    quoted.add(span)
+            for span in spans:
+                if _TOKEN.fullmatch(span.strip()) and len(span.strip()) >= 3:
+                    identifiers.add(span.strip())
+            for match in _PATH.findall(text):
+                path = match.rstrip(".")
+                if len(path) >= 4 and ("/" in path or KNOWN_EXTENSION.search(path)):
+                    paths.add(path)
+            identifiers.update(t for t in _TOKEN.findall(text) if _is_identifier(t))
+        return cls(frozenset(quoted), frozenset(paths), frozenset(identifiers))
+
+    def __bool__(self) -> bool:
+        return bool(self.quoted or self.paths or self.identifiers)
+
+    def found_in(self, chunk: Chunk, flat: str) -> bool:
+        text = chunk.text
+        if any(q in text or " ".join(q.split()) in flat for q in self.quoted):
+            return True
+        for path in self.paths:
+            names = {path}
+            base = path.rsplit("/", 1)[-1]
+            if len(base) >= 4:
+                names.add(base)
+            if any(_bounded(name, text, r"[\w.-]", r"[\w-]") for name in names):
+                return True
+            if any(f == path or f.endswith("/" + path) for f in chunk.files):
+                return True
+        return any(_bounded(i, text, r"[\w$]", r"[\w$]") for i in self.identifiers)
+
+
+def _bounded(needle: str, text: str, before: str, after: str) -> bool:
+    if needle not in text:
+        return False
+    return re.search(rf"(?<!{before}){re.escape(needle)}(?!{after})", text) is not None
+
+
+_LOW = {"output": 0.0, "small": 0.1, "exchange": 0.05}
+
+
+class LocalJudge:
+    """Offline, deterministic relevance (see the module docstring)."""
+
+    name = "local"
+
+    def judge(
+        self, question: Question, chunks: Sequence[Chunk], context: JudgeContext
+    ) -> dict[int, float] | None:
+        final_texts = [question.answer, question.notes, question.latest_note, question.follow_up]
+        if context.kind == "exchange":
+            final_texts.append(question.request)
+            work_texts: list[str] = []
+        else:
+            work_texts = [question.request, *context.later_calls,
+                          *(user for user, _ in question.history)]
+        final, work = Evidence.of(final_texts), Evidence.of(work_texts)
+        wanted = terms("\n".join(final_texts + work_texts))
+        if not wanted and not final and not work:
+            return None
+        present = [terms(c.text) & wanted for c in chunks]
+        if any(c.files for c in chunks) and len(chunks) >= 3:
+            common = {t for t in wanted if sum(t in p for p in present) > 0.6 * len(chunks)}
+            present = [p - common for p in present]
+        scores: dict[int, float] = {}
+        for position, chunk in enumerate(chunks):
+            scores[chunk.index] = self._score(chunk, position, present[position], final, work,
+                                              context)
+        return scores
+
+    @staticmethod
+    def _score(chunk: Chunk, position: int, matched: set[str], final: Evidence,
+               work: Evidence, context: JudgeContext) -> float:
+        flat = " ".join(chunk.text.split())
+        item = position if context.kind != "output" else 0
+        superseded = item < len(context.superseded) and bool(context.superseded[item])
+        if final.found_in(chunk, flat):
+            return 1.0
+        if superseded:
+            return 0.0
+        if work.found_in(chunk, flat):
+            return 0.9
+        failed = item < len(context.failed) and context.failed[item]
+        if (context.phase == "mid-run" or failed) and _FAILURE.search(chunk.text):
+            return 0.8
+        if not matched:
+            return _LOW[context.kind]
+        return min(1.0, 0.55 + 0.1 * len(matched))
+
+
+def prompt_for_segment(question: Question, chunks: Sequence[Chunk], context: JudgeContext) -> str:
+    """One self-contained prompt asking a model which chunk (or item) numbers to keep."""
+    sections = [_SITUATION[context.kind]]
+    if question.history or question.summary or question.first_request:
+        earlier = [f"Summary: {question.summary}"] if question.summary else []
+        if question.first_request:
+            earlier.append(f"First request: {question.first_request}")
+        for user, assistant in question.history:
+            earlier.append(f"User: {user}" + (f"\nAgent: {assistant}" if assistant else ""))
+        sections.append("## Earlier in the session\n" + "\n\n".join(earlier))
+    sections.append("## The user's request\n" + clip(question.request, 4_000))
+    if context.phase == "run-end":
+        sections.append("## The agent's final answer\n" + clip(question.answer, 6_000))
+        if question.notes.strip():
+            sections.append("## The agent's notes during the run\n" + clip(question.notes, 2_000))
+        if question.follow_up.strip():
+            sections.append("## The user's next request\n" + clip(question.follow_up, 4_000))
+    else:
+        if question.latest_note.strip():
+            sections.append("## The agent's latest note\n" + clip(question.latest_note, 2_000))
+        if question.notes.strip():
+            sections.append("## Earlier notes\n" + _tail(question.notes, 2_000))
+    sections.append(_pieces(chunks, context))
+    sections.append(_TASK[(context.kind, context.phase)] + _REPLY)
+    return "\n\n".join(sections)
+
+
+def _tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "[…]\n" + text[len(text) - limit + 4:]
+
+
+def _pieces(chunks: Sequence[Chunk], context: JudgeContext) -> str:
+    if context.kind != "output":
+        name = "item" if context.kind == "small" else "exchange"
+        out = []
+        for k, chunk in enumerate(chunks):
+            notes = [context.labels[k]] if k < len(context.labels) else []
+            if k < len(context.failed) and context.failed[k]:
+                notes.append("the tool reported an error")
+            if k < len(context.superseded) and context.superseded[k]:
+                notes.append(f"out of date: {context.superseded[k]}")
+            body = clip(chunk.text, 4_000 if context.kind == "small" else 1_600)
+            out.append(f"[{name} {k + 1}] ({'; '.join(notes)})\n{body}")
+        return f"## {name.capitalize()}s\n" + "\n\n".join(out)
+    facts = [f"Tool call: {context.labels[0] if context.labels else context.tool}"]
+    if context.arguments:
+        facts.append(f"Arguments: {context.arguments}")
+    if context.failed and context.failed[0]:
+        facts.append("Status: the tool reported an error (for example a non-zero exit code).")
+    if context.superseded and context.superseded[0]:
+        facts.append(f"Out of date: {context.superseded[0]}")
+    size = f"Size: {context.total_lines} lines"
+    if context.parts > 1:
+        size += f"; this is part {context.part} of {context.parts}"
+    facts.append(size)
+    if context.phase == "mid-run":
+        later = "; ".join(context.later_calls) or "none yet"
+        facts.append(f"Calls the agent made after this one: {later}")
+    body = "\n\n".join(f"[chunk {c.index + 1}]\n{c.text}" for c in chunks)
+    return "## The tool output\n" + "\n".join(facts) + "\n\n" + body
+
+
+_SITUATION = {
+    "output": "You help a coding agent keep its context small. Below is the output of one of its "
+    "tool calls, cut into numbered chunks. From now on the agent sees only the chunks you "
+    "keep; the rest becomes a one-line note and can be fetched again.",
+    "small": "You help a coding agent keep its context small. Below are outputs of some of its "
+    "tool calls, numbered as items. An item you do not keep becomes a one-line note and can "
+    "be fetched again.",
+    "exchange": "You help a coding agent keep its context small. Below are earlier, finished "
+    "exchanges of one long session: a user prompt and what the agent did for it. An "
+    "exchange you do not keep becomes a one-line note and can be fetched again.",
+}
+_TASK = {
+    ("output", "run-end"): "## Task\nList the chunks that the final answer relies on, or that a "
+    "likely follow-up question would need.",
+    ("output", "mid-run"): "## Task\nThe agent has not finished yet. List the chunks it will still "
+    "need to finish the request. Lines that are out of date, or that the agent has already "
+    "acted on and moved past, are not needed.",
+    ("small", "run-end"): "## Task\nList the items that the final answer relies on, or that a "
+    "likely follow-up question would need. An out-of-date item is not needed.",
+    ("small", "mid-run"): "## Task\nThe agent has not finished yet. List the items it will still "
+    "need. Out-of-date output, or output it has acted on and moved past, is not needed.",
+    ("exchange", "run-end"): "## Task\nList the exchanges still relevant to the current work: "
+    "the agent may need their details (the same files, task, decisions or facts).",
+    ("exchange", "mid-run"): "## Task\nList the exchanges still relevant to the current work: "
+    "the agent may need their details (the same files, task, decisions or facts).",
+}
+_REPLY = (' When unsure, keep it. Reply with JSON only, for example {"keep": [2, 5]}; '
+          '{"keep": []} means none is needed.')
+
+_ID = re.compile(r"(?:chunk|item|exchange)?[_ ]?(\d+)", re.IGNORECASE)
+
+
+def parse_chunk_ids(text: object, allowed: Collection[int] | None = None) -> frozenset[int] | None:
+    """The 0-based indexes a reply keeps (it names them 1-based), or None when the reply cannot
+    be read or names an id outside ``allowed`` — None means keep everything."""
+    if not isinstance(text, str):
+        return None
+    body = text.strip()
+    fenced = re.fullmatch(r"```\w*\s*(.*?)\s*```", body, re.DOTALL)
+    if fenced:
+        body = fenced.group(1)
+    value = _json(body)
+    if isinstance(value, dict):
+        value = value.get("keep")
+    if not isinstance(value, list):
+        return None
+    ids: set[int] = set()
+    for element in value:
+        if isinstance(element, int) and not isinstance(element, bool):
+            number = element
+        elif isinstance(element, str) and (match := _ID.fullmatch(element.strip())):
+            number = int(match.group(1))
+        else:
+            return None
+        if number < 1:
+            return None
+        ids.add(number - 1)
+    if allowed is not None and not ids <= set(allowed):
+        return None
+    return frozenset(ids)
+
+
+def _json(body: str) -> object:
+    candidates = [body]
+    for opener, closer in (("{", "}"), ("[", "]")):
+        start, end = body.find(opener), body.rfind(closer)
+        if 0 <= start < end:
+            candidates.append(body[start : end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    return None
+
+
+def scores_from_ids(ids: frozenset[int] | None, chunks: Sequence[Chunk]) -> dict[int, float] | None:
+    """A list answer as scores: 1.0 for a kept chunk, 0.0 for the others (None stays None)."""
+    if ids is None:
+        return None
+    return {c.index: 1.0 if c.index in ids else 0.0 for c in chunks}

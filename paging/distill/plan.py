@@ -1,0 +1,337 @@
+"""One distillation pass: plan what to judge, judge it, decide (DESIGN.md "Distillation").
+
+The server calls this before every model request with the conversation as ``(history_id,
+message)`` entries (see :mod:`paging.distill.conversation`) and every decision made so far (a
+later decision for the same target replaces an earlier one). The pass decides by itself which
+kind it is:
+
+* **run end** — the conversation ends with a new request (no assistant message after the last
+  prompt) and the run before it finished with an answer: that run's outputs are judged against
+  its question and final answer (the new request rides along as ``follow_up``); old exchanges
+  before that run and old images are judged too. Large outputs totalling under
+  ``min_run_chars`` are skipped; exchange omissions and images from before the run pass the
+  run-end break-even gate (§7) or are deferred.
+* **mid-run checkpoint** — the run in progress last called tools and has all their results:
+  outputs at least ``mid_run_min_age_turns`` turns old, exchanges and images, in the first of
+  upstream's three tiers that reaches the batch size and pays off (§7).
+
+Memo (§7, with explicit status instead of reason strings): an output with an edit, or with a
+judged ``keep`` (mid-run: from any phase; run end: from a run-end pass), is not judged again; a
+``keep`` made at a checkpoint is judged again at run end; an exchange kept for this run is not
+judged again in this run; failures and deferrals are asked again.
+
+The rewrite cost follows the way this server's hosts cache: a prefix stays cached up to the
+first edited message (factor 16). ``provider="openai-codex"`` re-reads the whole context after
+any edit (factor 13) and uses ``mid_run_batch_chars_openai``. Upstream's Anthropic question pin
+and read/write anchors are Pi's and have no counterpart here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from paging.distill.chunk import Chunk, chunk_output, segment_chars, segment_chunks
+from paging.distill.config import DistillConfig
+from paging.distill.conversation import (
+    Entry,
+    Message,
+    assistant_count,
+    assistant_texts,
+    content_chars,
+    dumps,
+    images_of,
+    is_interrupted,
+    question_of,
+    role,
+    run_starts,
+    text_of,
+    tool_calls,
+)
+from paging.distill.decide import (
+    FACTOR_PREFIX,
+    FACTOR_WHOLE_CONTEXT,
+    pays_off,
+    rewrite_chars,
+)
+from paging.distill.items import (
+    Exchange,
+    ImageItem,
+    OutputItem,
+    batch_items,
+    collect_exchanges,
+    collect_images,
+    collect_outputs,
+    collect_small,
+    exchange_item_size,
+    small_item_size,
+)
+from paging.distill.model import Decision, JudgeContext, Phase, Question, fingerprint
+from paging.distill.render import clip, format_chars
+
+WHOLE_CONTEXT_PROVIDERS = frozenset({"openai-codex"})
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One judge call: ``key`` names it in the verdicts; chunk indexes are the ids to score."""
+
+    key: str
+    chunks: tuple[Chunk, ...]
+    context: JudgeContext
+    oversize: bool = False  # one chunk above max_segment_chars: never sent, kept whole
+
+
+@dataclass(frozen=True, slots=True)
+class LargeOutput:
+    item: OutputItem
+    chunks: tuple[Chunk, ...]
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    phase: Phase
+    run_id: str  # history id of the judged run's prompt
+    run_start: int
+    config: DistillConfig
+    question: Question
+    large: tuple[LargeOutput, ...]
+    small: tuple[OutputItem, ...]
+    exchanges: tuple[Exchange, ...]
+    images: tuple[ImageItem, ...]
+    batches: tuple[Segment, ...]  # small-output and exchange batches; chunk i = item i
+    batch_items: Mapping[str, tuple[int, ...]]  # batch key -> item indexes in small/exchanges
+    fingerprints: Mapping[int, str]  # entry index -> content fingerprint (prompts, images)
+    sizes: tuple[int, ...]  # content chars per entry, for break-even
+    turns: int  # assistant messages in the conversation
+    whole_context: bool
+    factor: int
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """Every segment a judge must answer (oversize ones are never sent)."""
+        large = tuple(s for out in self.large for s in out.segments if not s.oversize)
+        return large + self.batches
+
+    def rewrite(self, positions: Sequence[int]) -> int:
+        return rewrite_chars(self.sizes, positions, self.whole_context)
+
+
+def latest(decisions: Iterable[Decision]) -> dict[str, Decision]:
+    """The decision in force per target: the last one given."""
+    out: dict[str, Decision] = {}
+    for decision in decisions:
+        out[decision.target] = decision
+    return out
+
+
+def message_fingerprint(message: Message) -> str:
+    """What a decision was made on: the text and the image data of a message."""
+    return fingerprint(text_of(message), *(str(b.get("data", "")) for b in images_of(message)))
+
+
+def plan_pass(
+    entries: Sequence[Entry],
+    config: DistillConfig,
+    decisions: Iterable[Decision] = (),
+    *,
+    provider: str | None = None,
+) -> Plan | None:
+    """What this pass judges, or None when there is nothing to do now."""
+    if not config.enabled:
+        return None
+    ids = [str(i) for i, _ in entries]
+    messages = [m for _, m in entries]
+    starts = run_starts(messages)
+    if not starts:
+        return None
+    current = starts[-1]
+    whole = provider in WHOLE_CONTEXT_PROVIDERS
+    if assistant_count(messages, current) == 0:
+        if len(starts) < 2 or not _finished(messages, starts[-2], current):
+            return None
+        return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
+                     whole)
+    if config.mid_run and _between_tool_turns(messages, current):
+        return _plan(ids, messages, config, latest(decisions), "mid-run", current,
+                     len(messages), whole)
+    return None
+
+
+def _finished(messages: Sequence[Message], start: int, end: int) -> bool:
+    last = next((m for m in reversed(messages[start:end]) if role(m) == "assistant"), None)
+    return last is not None and not is_interrupted(last) and not tool_calls(last)
+
+
+def _between_tool_turns(messages: Sequence[Message], start: int) -> bool:
+    """The run's last assistant called tools, did not fail, and every result is in."""
+    index = max(i for i in range(start, len(messages)) if role(messages[i]) == "assistant")
+    wanted = {c["id"] for c in tool_calls(messages[index])}
+    if not wanted or is_interrupted(messages[index]):
+        return False
+    got = {m.get("toolCallId") for m in messages[index + 1:] if role(m) == "toolResult"}
+    return wanted <= got
+
+
+def _settled(decision: Decision | None, phase: Phase, run_id: str) -> bool:
+    if decision is None:
+        return False
+    if decision.edits:
+        return True
+    if not decision.judged:
+        return False
+    if decision.kind == "exchange":
+        return decision.run == run_id
+    return phase == "mid-run" or decision.phase == "run-end"
+
+
+def _plan(
+    ids: list[str], messages: list[Message], config: DistillConfig,
+    known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
+) -> Plan | None:
+    run_id = ids[start]
+    skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
+    youngest = None
+    if phase == "mid-run":
+        youngest = assistant_count(messages, start) - 1 - config.mid_run_min_age_turns
+    large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
+                            youngest=youngest, skip=skip)
+    if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
+        large = []
+    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip)
+    exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip)
+                 if config.prune_exchanges else [])
+    images = collect_images(messages, config.image_keep_turns, skip)
+    if not (large or small or exchanges or images):
+        return None  # the common case on the hot path: nothing measured
+    sizes = tuple(content_chars(m) for m in messages)
+    factor = FACTOR_WHOLE_CONTEXT if whole else FACTOR_PREFIX
+    if phase == "mid-run":
+        tier = _tier(messages, start, config, large + small, exchanges, images, sizes, whole,
+                     factor)
+        if tier is None:
+            return None
+        exchanges, images = tier
+    if not (large or small or exchanges or images):
+        return None
+    texts = assistant_texts(messages, start, end)
+    earlier = _history(messages, start, config.history_exchanges)
+    if phase == "run-end":
+        question = Question(question_of(messages, start, end), answer=texts[-1] if texts else "",
+                            notes="\n\n".join(texts[:-1]),
+                            follow_up=question_of(messages, end, len(messages)), **earlier)
+    else:
+        question = Question(question_of(messages, start, end),
+                            latest_note=texts[-1] if texts else "",
+                            notes="\n\n".join(texts[:-1]), **earlier)
+    batches, members = _batches(phase, config, small, exchanges)
+    prints = {e.index: message_fingerprint(messages[e.index]) for e in exchanges}
+    prints |= {im.index: message_fingerprint(messages[im.index]) for im in images}
+    return Plan(phase, run_id, start, config, question,
+                tuple(_large(phase, config, item) for item in large), tuple(small),
+                tuple(exchanges), tuple(images), batches, members, prints, sizes,
+                assistant_count(messages), whole, factor)
+
+
+def _tier(
+    messages: list[Message], start: int, config: DistillConfig, outputs: list[OutputItem],
+    exchanges: list[Exchange], images: list[ImageItem], sizes: tuple[int, ...],
+    whole: bool, factor: int,
+) -> tuple[list[Exchange], list[ImageItem]] | None:
+    """Upstream's checkpoint tiers: all exchanges and images; images only; only the images
+    after the last user message. The first that reaches the batch size and pays off wins."""
+    batch = config.mid_run_batch_chars_openai if whole else config.mid_run_batch_chars
+    turns = assistant_count(messages, start)  # the current turn + 1
+    last_user = max(i for i, m in enumerate(messages) if role(m) == "user")
+    pending = sum(len(o.text) for o in outputs)
+    recent = [im for im in images if im.index > last_user]
+    for tier_exchanges, tier_images in ((exchanges, images), ([], images), ([], recent)):
+        chars = (pending + sum(max(0, im.before - im.after) for im in tier_images)
+                 + sum(e.chars for e in tier_exchanges))
+        if chars <= 0 or chars < batch:
+            continue
+        positions = ([o.index for o in outputs] + [im.index for im in tier_images]
+                     + [e.index for e in tier_exchanges])
+        rewrite = rewrite_chars(sizes, positions, whole)
+        if config.mid_run_break_even and not pays_off(chars, turns, rewrite, factor):
+            continue
+        return list(tier_exchanges), list(tier_images)
+    return None
+
+
+def _history(messages: list[Message], start: int, count: int) -> dict:
+    """Earlier conversation for the judges: the last ``count`` exchanges before the run, the
+    first request and the latest compaction summary (``count`` 0 sends none of them)."""
+    if count <= 0:
+        return {}
+    starts = [i for i in run_starts(messages) if i < start]
+    bounds = [*starts, start]
+    recent = []
+    for a, b in list(zip(bounds, bounds[1:], strict=False))[-count:]:
+        answers = assistant_texts(messages, a, b)
+        recent.append((clip(question_of(messages, a, b), 800),
+                       clip(answers[-1], 1_200) if answers else ""))
+    first = clip(question_of(messages, starts[0], bounds[1]), 1_000) if starts else ""
+    if len(starts) <= count:
+        first = ""
+    summaries = [str(m.get("summary", "")) for m in messages[:start]
+                 if role(m) == "compactionSummary"]
+    return {"history": tuple(recent), "first_request": first,
+            "summary": clip(summaries[-1], 2_000) if summaries else ""}
+
+
+def _large(phase: Phase, config: DistillConfig, item: OutputItem) -> LargeOutput:
+    chunks = tuple(chunk_output(item.text))
+    parts = segment_chunks(chunks, config.max_segment_chars, config.max_chunks_per_segment)
+    total_lines = chunks[-1].end if chunks else 0
+    segments = tuple(
+        Segment(
+            f"output:{item.call_id}:{n}",
+            part,
+            JudgeContext("output", phase, (item.label,), (item.superseded,), (item.is_error,),
+                         item.tool, _arguments(item), item.later_calls, total_lines, n,
+                         len(parts)),
+            oversize=segment_chars(part) > config.max_segment_chars,
+        )
+        for n, part in enumerate(parts, 1)
+    )
+    return LargeOutput(item, chunks, segments)
+
+
+def _arguments(item: OutputItem) -> str:
+    text = dumps(dict(item.arguments)) if item.arguments else ""
+    return text if len(text) <= 600 else text[:600] + "…"
+
+
+def _batches(
+    phase: Phase, config: DistillConfig, small: list[OutputItem], exchanges: list[Exchange]
+) -> tuple[tuple[Segment, ...], dict[str, tuple[int, ...]]]:
+    segments: list[Segment] = []
+    members: dict[str, tuple[int, ...]] = {}
+    limit, count = config.max_segment_chars, config.max_chunks_per_segment
+    for n, batch in enumerate(batch_items([small_item_size(s) for s in small], limit, count), 1):
+        items = [small[i] for i in batch]
+        chunks = tuple(Chunk(k, 0, it.text.count("\n") + 1, it.text) for k, it in enumerate(items))
+        context = JudgeContext("small", phase, tuple(it.label for it in items),
+                               tuple(it.superseded for it in items),
+                               tuple(it.is_error for it in items))
+        segments.append(Segment(f"small:{n}", chunks, context))
+        members[f"small:{n}"] = tuple(batch)
+    sizes = [exchange_item_size(e) for e in exchanges]
+    for n, batch in enumerate(batch_items(sizes, limit, count), 1):
+        items = [exchanges[i] for i in batch]
+        chunks = tuple(Chunk(k, 0, 0, _exchange_text(e)) for k, e in enumerate(items))
+        labels = tuple(f"{e.messages} messages, about {format_chars(round(e.chars / 4))} tokens"
+                       for e in items)
+        segments.append(Segment(f"exchange:{n}", chunks, JudgeContext("exchange", phase, labels)))
+        members[f"exchange:{n}"] = tuple(batch)
+    return tuple(segments), members
+
+
+def _exchange_text(exchange: Exchange) -> str:
+    calls = list(exchange.tool_calls[:20])
+    if len(exchange.tool_calls) > 20:
+        calls.append(f"… {len(exchange.tool_calls) - 20} more")
+    return (f"user prompt: {exchange.prompt}\nfinal answer: {exchange.answer}\n"
+            f"tool calls: {'; '.join(calls) if calls else 'none'}")
