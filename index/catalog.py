@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,16 +38,26 @@ class SessionSummary:
 
 
 class Catalog:
-    def __init__(self, roots: Mapping[str, Path | None]) -> None:
+    """Open sessions, least recently used dropped first.
+
+    A SessionFile keeps its parsed records (that is what makes re-reading incremental), which is
+    several times the file's size in memory; indexing a large corpus must not keep them all.
+    """
+
+    def __init__(self, roots: Mapping[str, Path | None], keep_open: int = 32) -> None:
         self.roots = dict(roots)
-        self._files: dict[str, SessionFile] = {}
+        self.keep_open = keep_open
+        self._files: OrderedDict[str, SessionFile] = OrderedDict()
 
     def open(self, found: SessionFileRef) -> SessionFile:
         """The up-to-date SessionFile for a discovered file."""
         key = str(found.path)
-        session = self._files.get(key)
+        session = self._files.pop(key, None)
         if session is None:
-            session = self._files[key] = SessionFile(key, found.source)
+            session = SessionFile(key, found.source)
+        self._files[key] = session
+        while len(self._files) > self.keep_open:
+            self._files.popitem(last=False)
         session.refresh()
         return session
 
