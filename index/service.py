@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ class History:
         self.catalog = Catalog(roots)
         self.home = home
         self._store: SearchIndex | None = None
-        self._navigators: dict[str, tuple[object, Navigator]] = {}
+        self._navigators: OrderedDict[str, tuple[object, Navigator]] = OrderedDict()
         self.current_session: str | None = None
         self.ledger = Ledger(home)
         self._context_settings = context_settings or ContextSettings()
@@ -104,10 +105,12 @@ class History:
 
     def navigator(self, ref: str | None) -> Navigator:
         canonical, _, items, _ = self._open(self.resolve_default(ref))
-        cached = self._navigators.get(canonical)
+        cached = self._navigators.pop(canonical, None)
         if cached is None or cached[0] is not items:
             cached = (items, Navigator(canonical, items))
-            self._navigators[canonical] = cached
+        self._navigators[canonical] = cached
+        while len(self._navigators) > self.catalog.keep_open:
+            self._navigators.popitem(last=False)
         return cached[1]
 
     def resolve_default(self, ref: str | None) -> str:
