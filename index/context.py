@@ -14,21 +14,42 @@ Per call (DESIGN.md "Host-facing tools"):
 5. the window is rendered back in the host's format with the notice placed where that API
    accepts it.
 
+Distillation (DESIGN.md "Distillation in an MCP server") runs between steps 1 and 2: the views
+become the core's ``(history_id, message)`` entries — the history id is the ledger id of the
+view's source message; outgoing-only (``ephemeral``) views are left out, since they are never
+stored and so could never be recalled (resident system messages are not views at all). The
+session's earlier decisions come from the ledger's ``decision`` lines; a pass of
+:func:`paging.distill.distill` with the local judge adds new ones, which are appended to the
+ledger before they are used, so every later call — in this process or after a restart — applies
+the same replacement bytes. Only tool outputs are distilled here (large outputs chunked, small
+ones replaced by a stub): the server turns exchange omission and image dropping off
+(``prune_exchanges = false``, ``image_keep_turns = 0``), so a window never loses whole messages
+to distillation and a tool call always keeps its result. A distilled tool result is estimated on
+its replaced content (the cache key names the decision) and rendered back as the host's own
+message with only its content replaced. ``judge = "sampling"`` falls back to the local judge.
+Any failure while distilling means the outputs are sent as they are.
+
 The cut is reset when the model or its window changes (upstream resets on a model switch).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from index.history import HistoryItem
-from index.ledger import Ledger, chain_ids, fingerprint
+from index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
 from index.stats import Stats
 from paging.calibrate import Anchor, Sent, calibrate
+from paging.distill import Decision, DistillConfig, LocalJudge, distill, summarize
+from paging.distill import apply as apply_decisions
+from paging.distill.model import fingerprint as text_fingerprint
+from paging.distill.plan import latest
+from paging.distill.render import output_recall
 from paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
 from paging.select import CutKey, CutState, Frontier, Selection, select_context
@@ -36,6 +57,10 @@ from paging.tokens import counted_resident, counted_tokens
 from paging.units import tool_call_ids
 
 ESTIMATE_CACHE = 50_000
+log = logging.getLogger("context_paging")
+# What the server distills: tool outputs only (module docstring).
+OUTPUT_ACTIONS = frozenset({"distill", "remove"})
+OUTPUT_KINDS = frozenset({"output", "small"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +69,7 @@ class ContextSettings:
     token_budget: int = 128_000
     trim_to_tokens: int | None = None
     estimator: str = "tiktoken"
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
 
 class LedgerHistory:
@@ -124,18 +150,23 @@ class ContextService:
     def notice_tokens(self, text: str) -> float:
         return text_chars4(text) if self.count_text is None else self.count_text(text) + 4
 
-    def _view_estimates(self, views: Views, fps: Sequence[str | None]) -> list[float]:
+    def _view_estimates(self, views: Views, fps: Sequence[str | None],
+                        distilled: dict[int, Distilled]) -> list[float]:
         out = []
         cache = self._estimates
-        for view in views.views:
+        for index, view in enumerate(views.views):
             fp = fps[view.source]
+            message = view.message
+            if index in distilled:
+                message = distilled[index].message
+                fp = fp and f"{fp}:{distilled[index].key}"
             if fp is None:
-                out.append(self._estimate(view.message))
+                out.append(self._estimate(message))
                 continue
             key = (fp, view.part)
             value = cache.get(key)
             if value is None:
-                value = cache[key] = self._estimate(view.message)
+                value = cache[key] = self._estimate(message)
                 if len(cache) > ESTIMATE_CACHE:
                     cache.popitem(last=False)
             out.append(value)
@@ -173,7 +204,8 @@ class ContextService:
         if not self.settings.enabled:
             return _disabled(messages)
 
-        estimates = self._view_estimates(views, fps)
+        distilled = self._distill(ledger, views, ids, skip)
+        estimates = self._view_estimates(views, fps, distilled)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
         outgoing = [views.views[i].source in skip for i in range(len(views.views))]
@@ -186,6 +218,7 @@ class ContextService:
             except ValueError:
                 cut_state = None
         keys = [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
+                + (f"~{distilled[i].key}" if i in distilled else "")
                 for i, v in enumerate(views.views)]
         calibration = calibrate(
             Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
@@ -199,7 +232,8 @@ class ContextService:
         trim = trim_to_tokens if trim_to_tokens is not None else (
             self.settings.trim_to_tokens if token_budget is None else None)
         selection = select_context(
-            [v.message for v in views.views],
+            [distilled[i].message if i in distilled else v.message
+             for i, v in enumerate(views.views)],
             token_budget=budget, trim_to_tokens=trim, model_window=model_window,
             resident_tokens=resident, estimates=estimates,
             context_tokens=calibration.context_tokens if calibration else None,
@@ -207,8 +241,10 @@ class ContextService:
             outgoing_only=outgoing, raw=raw, cut_state=cut_state,
             notice_tokens=self.notice_tokens,
         )
-        window = render(messages, views, selection.indexes, selection.notice,
-                        selection.replacements)
+        recovery = selection.replacements or {}
+        shown = [i for i in selection.indexes if i in distilled and i not in recovery]
+        replacements = {i: distilled[i].decision.replacement for i in shown} | recovery
+        window = render(messages, views, selection.indexes, selection.notice, replacements)
         usage_log = dict(state.get("usage_by_response") or {})
         newest = _newest_assistant(views, ids)
         if newest is not None and isinstance(usage, dict):
@@ -231,13 +267,47 @@ class ContextService:
             "frontier": selection.cut_state.to_dict()["frontier"] if selection.cut_state else None,
             "fallback_reason": selection.fallback_reason,
             "notice": selection.notice,
-            "distilled": [],
+            "distilled": [distilled[i].report() for i in shown],
         }
         self.latest[ledger.ref] = {k: v for k, v in reply.items() if k != "messages"} | {
             "model_window": model_window, "format": fmt, "input_messages": len(messages),
             "returned_messages": len(window), "calibrated": calibration is not None,
         }
         return reply
+
+    def _distill(self, ledger: LedgerSession, views: Views, ids: Sequence[str | None],
+                 outgoing: set[int]) -> dict[int, Distilled]:
+        """This call's distillation: view index -> the replaced message and its decision."""
+        config = self.settings.distill
+        if not config.enabled:
+            return {}
+        config = replace(config, prune_exchanges=False, image_keep_turns=0)
+        positions = [i for i, v in enumerate(views.views) if v.source not in outgoing]
+        entries = [(str(ids[views.views[i].source]), views.views[i].message) for i in positions]
+        try:
+            new = [d for d in distill(entries, config, ledger.decisions, judge=LocalJudge())
+                   if d.kind in OUTPUT_KINDS]
+        except Exception:  # a failed pass must never fail the request: keep everything
+            log.warning("distillation failed; outputs are sent whole", exc_info=True)
+            new = []
+        if new:
+            ledger.append_decisions(new)
+        in_force = {target: d for target, d in latest(ledger.decisions).items()
+                    if d.action in OUTPUT_ACTIONS and d.kind in OUTPUT_KINDS}
+        if not in_force:
+            return {}
+        out = apply_decisions(entries, in_force.values())
+        if len(out) != len(entries):
+            return {}  # cannot happen without exchange omission; never misplace a message
+        result: dict[int, Distilled] = {}
+        for position, (before, after) in zip(positions, zip(entries, out, strict=True),
+                                             strict=True):
+            if after[1] is before[1]:
+                continue
+            decision = in_force.get(str(before[1].get("toolCallId")))
+            if decision is not None:
+                result[position] = Distilled(dict(after[1]), decision)
+        return result
 
     def _patch_state(self, session: str, **values: Any) -> None:
         state = self.ledger.load_state(session)
@@ -276,6 +346,8 @@ class ContextService:
             history += sum(self._estimate(v.message) for v in views.views)
         latest = state.get("latest") or {}
         usage = list((state.get("usage_by_response") or {}).values())
+        summary = summarize(d for d in ledger.decisions
+                            if d.kind in OUTPUT_KINDS and d.action in OUTPUT_ACTIONS | {"keep"})
         return Stats(
             session=ledger.ref, enabled=enabled,
             stored_bytes=ledger.path.stat().st_size if ledger.path.exists() else None,
@@ -287,7 +359,27 @@ class ContextService:
             cache_read_tokens=sum(int(u[0]) for u in usage) if usage else None,
             cache_write_tokens=sum(int(u[1]) for u in usage) if usage else None,
             mode=latest.get("mode"), evicted_messages=state.get("evicted_messages"),
+            distilled_outputs=summary.outputs_distilled + summary.outputs_removed,
+            distilled_saved_characters=summary.saved_chars,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Distilled:
+    """A tool result as this window sends it: the applied message and the decision behind it."""
+
+    message: dict[str, Any]
+    decision: Decision
+
+    @property
+    def key(self) -> str:
+        """Names the decision in estimate-cache and calibration keys."""
+        return text_fingerprint(self.decision.action, self.decision.replacement)[:16]
+
+    def report(self) -> dict[str, Any]:
+        d = self.decision
+        return {"tool_call_id": d.target, "action": d.action, "judge": d.judge,
+                "saved_characters": d.saved_chars, "recall": output_recall(d.target)}
 
 
 def _newest_assistant(views: Views, ids: Sequence[str | None]) -> str | None:

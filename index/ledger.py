@@ -6,6 +6,12 @@
     {"type": "message", "id": "m…", "parent": "m…"|null, "format": "anthropic", "ts": "…",
      "message": {…the host's message, exactly…}}
     {"type": "head", "id": "m…", "ts": "…"}
+    {"type": "decision", "ts": "…", "decision": {…Decision.to_dict()…}}
+
+``decision`` lines are distillation decisions (``paging.distill``), appended when a
+``select_context`` pass makes them; for one target the latest line wins. Stored messages are
+never rewritten: a decision only changes what later windows send, and ``recall`` reads the
+original from the ``message`` line.
 
 Ids are a hash chain: ``id = H(parent id, H(canonical JSON of the message))``, so a host that
 re-sends the same prefix gets the same ids, and a host that edits or truncates its history starts
@@ -36,6 +42,7 @@ from index.history import HistoryItem, project
 from index.jsonl import FileCursor, Issue
 from index.model import Message
 from index.sources.hosts import host_messages
+from paging.distill import Decision
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -90,6 +97,7 @@ class LedgerSession:
         self.records: dict[str, dict[str, Any]] = {}
         self.head: str | None = None
         self.issues: list[Issue] = []
+        self.decisions: list[Decision] = []  # in ledger order; the latest per target wins
         self._items: tuple[str | None, int, tuple[HistoryItem, ...]] | None = None
         self._converted: dict[str, list[Message]] = {}  # id -> its Messages (ids fix the prefix)
 
@@ -99,6 +107,7 @@ class LedgerSession:
         chunk, restarted = self.cursor.read()
         if restarted:
             self.records, self.head, self.issues = {}, None, []
+            self.decisions = []
             self._converted = {}
         self.issues.extend(chunk.issues)
         for record in chunk.records:
@@ -107,6 +116,11 @@ class LedgerSession:
                 self.records.setdefault(value["id"], value)
             elif value.get("type") == "head":
                 self.head = value.get("id") if isinstance(value.get("id"), str) else None
+            elif value.get("type") == "decision" and isinstance(value.get("decision"), dict):
+                try:
+                    self.decisions.append(Decision.from_dict(value["decision"]))
+                except (TypeError, ValueError):
+                    continue  # a decision this version cannot read: that output stays whole
 
     def append(self, messages: Sequence[Any], ids: Sequence[str | None], fmt: str) -> int:
         """Store the messages not seen before and move the head. Returns how many were new."""
@@ -129,6 +143,15 @@ class LedgerSession:
         if lines:
             self._write(lines)
         return sum(1 for line in lines if line["type"] == "message")
+
+    def append_decisions(self, decisions: Sequence[Decision]) -> None:
+        """Persist new distillation decisions (read back by :meth:`refresh` after a restart)."""
+        if not decisions:
+            return
+        self.refresh()
+        self._write([{"type": "decision", "ts": _now(), "decision": d.to_dict()}
+                     for d in decisions])
+        self.refresh()  # read back in ledger order, after any other process's lines
 
     def _write(self, lines: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)

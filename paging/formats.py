@@ -12,6 +12,8 @@ kept whole come back as the very objects the host sent. Two cases are rebuilt, o
   results close the previous exchange, the text starts the next request). If only some parts are
   kept — the previous exchange left the window but the new request stays — the message is rebuilt
   from the kept blocks, in their original order.
+* **Replaced tool results.** ``render(..., replacements)`` swaps the content of a kept tool
+  result for a text (recovery references, distilled outputs); the rest of the message stays.
 * **The paging notice.** OpenAI and Pi get a leading user message. Anthropic requires the first
   message to be a user message and merges consecutive ones, so when the first kept message is a
   user message the notice is put in front of its content as a text block; otherwise a leading
@@ -236,10 +238,10 @@ def render(
     for source in order:
         indexes = kept_parts[source]
         message = messages[source]
+        if len(indexes) < views.parts[source]:
+            message = _partial(message, views, indexes)
         if any(i in replacements for i in indexes):
             message = _replace(message, views, indexes, replacements)
-        elif len(indexes) < views.parts[source]:
-            message = _partial(message, views, indexes)
         body.append(message)
     if notice is not None:
         body = _with_notice(body, notice, views.format)
@@ -262,7 +264,13 @@ def _partial(message: dict[str, Any], views: Views, indexes: list[int]) -> dict[
 
 def _replace(message: dict[str, Any], views: Views, indexes: list[int],
              replacements: dict[int, str]) -> dict[str, Any]:
-    """Recovery mode: a tool result too large for the model window becomes a reference."""
+    """A tool result's content replaced, everything else of the message as sent.
+
+    Used for recovery mode (a tool result too large for the model window becomes a reference)
+    and for distilled tool outputs (the decision's replacement text). The replacement is one
+    text: Pi gets one text block, OpenAI a string, Anthropic a ``tool_result`` with one text
+    block (its ``tool_use_id``, ``is_error`` and other keys kept). Same text in, same bytes out.
+    """
     if views.format == "pi":
         text = replacements[indexes[0]]
         return {**message, "content": [{"type": "text", "text": text}]}

@@ -28,6 +28,7 @@ from index.navigator import NavigatorError, dumps
 from index.service import History
 from index.stats import render as render_stats
 from index.store import IndexBusy
+from paging.distill import DistillConfig
 from paging.formats import FormatError
 from paging.limits import ContextSelectionError
 from server.config import Settings
@@ -178,9 +179,12 @@ def make_history(settings: Settings) -> History:
     from server.tokens import text_counter
 
     paging = settings.values["paging"]
+    distill, warnings = DistillConfig.from_mapping(settings.values["distill"])
+    for warning in warnings:
+        log.warning("%s", warning)
     context = ContextSettings(enabled=paging["enabled"], token_budget=paging["token_budget"],
                               trim_to_tokens=paging["trim_to_tokens"],
-                              estimator=paging["estimator"])
+                              estimator=paging["estimator"], distill=distill)
     return History(settings.roots, settings.home, context, text_counter)
 
 
@@ -215,6 +219,11 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
             raise ToolFailure("INVALID_MESSAGE_STRUCTURE", str(exc)) from None
         except LedgerError as exc:
             raise ToolFailure("INVALID_SESSION", str(exc)) from None
+        except OSError as exc:  # disk full, read-only home, a file where a directory belongs
+            where = exc.filename or settings.home
+            raise ToolFailure("STORAGE_ERROR", f"cannot use {str(where)!r}: "
+                              f"{exc.strerror or exc}; free space or fix the permissions under "
+                              f"{str(settings.home)!r}, then call again") from None
 
     def tool(title: str, annotations: ToolAnnotations = READ_ONLY):
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:

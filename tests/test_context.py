@@ -8,6 +8,7 @@ import pytest
 
 from index.context import ContextService, ContextSettings
 from index.ledger import Ledger, LedgerError, chain_ids, fingerprint
+from paging.distill import DistillConfig
 from paging.formats import FormatError, detect_format
 from paging.select import ContextSelectionError
 
@@ -15,6 +16,8 @@ BIG = "x" * 8_000  # 2,000 chars4 tokens
 
 
 def service(tmp_path, budget=6_000, **kwargs):
+    # Paging on its own: distillation (tests/test_distill_e2e.py) would shrink the outputs.
+    kwargs.setdefault("distill", DistillConfig(enabled=False))
     settings = ContextSettings(token_budget=budget, estimator="chars4", **kwargs)
     return ContextService(Ledger(tmp_path / "home"), settings, None)
 
