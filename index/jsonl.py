@@ -183,6 +183,13 @@ def _head_hash(path: str) -> str:
     return hashlib.blake2b(first, digest_size=12).hexdigest()
 
 
+def file_identity(path: str) -> dict[str, object]:
+    """What a cursor remembers of a file: enough to tell, without reading it, that it changed."""
+    stat = os.stat(path)
+    return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+            "inode": stat.st_ino, "head": _head_hash(path)}
+
+
 @dataclass(slots=True)
 class FileCursor:
     """Where reading one file stopped, and how to recognise that it is still the same file."""
