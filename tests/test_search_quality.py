@@ -19,7 +19,9 @@ from tests.conftest import ALL_FIXTURES
 from tests.test_protocol import lay_out
 
 _IDENTIFIER = re.compile(r"[a-z]")
-_ERRORISH = re.compile(r"error|exception|failed|not found|denied|traceback", re.I)
+# An error *message*, not any line that mentions the word (theme keys, docs, handler code).
+_ERRORISH = re.compile(r"\b\w*(Error|Exception)\b:|\bERROR\b|\bFAILED\b|Traceback|"
+                       r"No such file|command not found|Permission denied")
 
 
 def candidates(items):
