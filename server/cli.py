@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--home", help="data directory (default: $CONTEXT_PAGING_HOME or "
                         "~/.local/share/context-paging)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a setting for this run, "
+                        "e.g. --set paging.token_budget=64000")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sessions = commands.add_parser("sessions", help="list Pi, Claude Code and Codex sessions")
@@ -200,6 +203,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _overrides(pairs: Sequence[str]) -> dict[str, object]:
+    """``section.key=value`` flags; values are TOML scalars when they parse as one."""
+    from server.config import _parse_env
+
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or "." not in name:
+            raise SystemExit(f"context-paging: --set needs SECTION.KEY=VALUE, not {pair!r}")
+        out[name.strip()] = _parse_env(value.strip())
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -207,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="context-paging: %(message)s",
     )
-    settings = load_settings(home=args.home)
+    settings = load_settings(home=args.home, overrides=_overrides(args.set))
     run: Command = args.run
     try:
         return run(args, settings)

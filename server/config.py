@@ -126,7 +126,7 @@ def load_settings(
         for key, (default, check) in keys.items():
             env_name = f"CONTEXT_PAGING_{section}_{key}".upper()
             layers = [
-                (f"flag --{key.replace('_', '-')}", overrides.get(f"{section}.{key}", _MISSING)),
+                (f"flag --set {section}.{key}", overrides.get(f"{section}.{key}", _MISSING)),
                 (f"environment {env_name}", _env(environ, env_name)),
                 (f"{home_path / 'config.toml'} [{section}]", section_file.get(key, _MISSING)),
             ]

@@ -56,3 +56,13 @@ def test_stats_of_a_session_file_show_cache_totals(home, capsys):
     assert main(["--home", str(home), "stats", "--session", ref]) == 0
     out = capsys.readouterr().out
     assert "SESSION — complete saved history" in out and "Tokens read" in out
+
+
+def test_flags_override_settings_and_bad_values_fall_back_with_a_warning(tmp_path, capsys):
+    home = tmp_path / "h"
+    assert main(["--home", str(home), "--set", "paging.token_budget=64000",
+                 "--set", "paging.estimator=bogus", "config"]) == 0
+    captured = capsys.readouterr()
+    assert "paging.token_budget = 64000" in captured.out and "flag --set" in captured.out
+    assert 'paging.estimator = "tiktoken"' in captured.out
+    assert "paging.estimator = 'bogus'" in captured.out  # config lists the warnings
