@@ -1,5 +1,5 @@
 """The Whoosh side of the search index: the tokenizer of specs/paging.md §3.1, the field types
-and schema that use it, the BM25 scorer of §3.3, and the merge policy.
+and schema that use it, the filters of §3.4, BM25 ranking (§3.3) and the merge policy.
 
 The tokenizer is upstream's exactly: lower-case, then match ``\\p{Script=Han}|[\\p{L}\\p{N}_./:-]+``
 left to right, then strip leading and trailing runs of ``. / : -`` and drop empty tokens. No
@@ -7,17 +7,17 @@ stemming, no stop words, so paths and identifiers stay whole (``src/needle.ts``,
 ``inc-pager-047``). Like the JavaScript regex, a Han character starts a one-character token only
 where a match *begins*; inside a run that began with another letter (``abc请``) it stays in the run.
 
-Tokenizing is most of the CPU time of indexing (Whoosh is pure Python), so:
+Indexing is pure Python, so the analyzer is kept cheap:
 
 * text that is ASCII after lower-casing (most tool output) takes a stdlib ``re`` pattern that also
-  does the stripping, about twice as fast as the general path and equal to it on ASCII;
+  does the stripping (25 MB/s, against 17 MB/s for the ``regex`` path it equals on ASCII);
 * :class:`SearchText` counts terms itself and hands Whoosh ``(term, freq, weight, value)``
-  tuples, skipping Whoosh's per-token ``Token`` objects.
+  tuples: no per-token ``Token`` objects, no positions.
 
-Measured side by side (5,000 docs x 2 KB of real Pi session text, one commit): Whoosh's ``TEXT``
-with its StandardAnalyzer 545 docs/s; the spec tokenizer as a Whoosh ``Tokenizer`` on a
-frequency-only field 724 docs/s; ``SearchText`` 754 docs/s, 817 with the ASCII path. The
-tokenizer alone: 17 MB/s with ``regex`` only, 26 MB/s with the ASCII path.
+One commit of 4,000 real 2 KB items, best of 3 interleaved runs: Whoosh ``TEXT`` with its
+StandardAnalyzer 467 docs/s; the spec tokenizer as a Whoosh ``Tokenizer`` 563 docs/s on ``TEXT``,
+579 on a frequency-only field; ``SearchText`` 681 docs/s with ``regex`` only, 787 (1.6 MB/s)
+with the ASCII path.
 
 :class:`Exact` indexes whole values (one term per value, never tokenized), so file paths and
 tool names with spaces, commas or any other character filter exactly. Terms are UTF-8 with
@@ -30,19 +30,20 @@ from __future__ import annotations
 import heapq
 import math
 import re
-import weakref
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import regex
 from whoosh import columns, formats
 from whoosh.collectors import TopCollector
 from whoosh.fields import STORED, FieldType, Schema
 from whoosh.query import And, Or, Prefix, Query, Term
-from whoosh.reading import SegmentReader
+from whoosh.reading import IndexReader, SegmentReader
 from whoosh.scoring import BM25F, BM25FScorer
 from whoosh.searching import Searcher
 from whoosh.system import pack_uint
+from whoosh.util.numeric import byte_to_length, length_to_byte
 from whoosh.writing import SegmentWriter
 
 _TOKEN = regex.compile(r"\p{Script=Han}|[\p{L}\p{N}_./:-]+")
@@ -76,7 +77,11 @@ def decode(value: bytes) -> str:
 
 
 class SearchText(FieldType):
-    """Indexed, scorable (term frequencies and lengths for BM25), never stored."""
+    """Indexed, scorable (term frequencies and lengths for BM25), never stored.
+
+    The value is the text, or its ``Counter`` of tokens when the caller needs the exact length
+    too (Whoosh keeps lengths as one byte, 11 tokens read back as 12; see :class:`Bm25`).
+    """
 
     indexed = True
     scorable = True
@@ -88,8 +93,8 @@ class SearchText(FieldType):
     def __init__(self) -> None:
         self.format = formats.Frequency()
 
-    def index(self, value: str, **kwargs: object) -> list[tuple[bytes, int, float, bytes]]:
-        counts = Counter(tokens(value))
+    def index(self, value: str | Counter, **kwargs: object) -> list[tuple]:
+        counts = value if isinstance(value, Counter) else Counter(tokens(value))
         return [(encode(t), n, float(n), pack_uint(n)) for t, n in counts.items()]
 
     def process_text(self, qstring: str, mode: str = "", **kwargs: object) -> Iterable[str]:
@@ -141,18 +146,18 @@ class Exact(FieldType):
         return decode(value)
 
 
-class StoredNumber(FieldType):
-    """An integer kept as a stored value and as a sort column, not indexed."""
+class Number(FieldType):
+    """An integer kept as a column (for sorting and scoring), optionally stored; not indexed."""
 
     indexed = False
-    stored = True
     scorable = False
     unique = False
     vector = None
     analyzer = None
     format = None
 
-    def __init__(self) -> None:
+    def __init__(self, *, stored: bool = False) -> None:
+        self.stored = stored
         self.column_type = columns.NumericColumn("q")
 
     def to_column_value(self, value: int) -> int:
@@ -174,11 +179,9 @@ def filter_query(
     tools: Sequence[str],
     failed: bool | None,
 ) -> Query | None:
-    """The search filters of specs/paging.md §3.4 as one query (None: no filter).
-
-    Every file and tool must be among the item's (whole values); ``project`` matches that
-    directory and everything below it.
-    """
+    """The search's restrictions as one query (None: none): these sessions, this project or
+    below it, and the filters of specs/paging.md §3.4 (every file and tool among the item's,
+    whole values; ``failed`` equal)."""
     parts: list[Query] = []
     if sessions is not None:
         parts.append(Or([Term("session", s) for s in sessions]))
@@ -189,27 +192,85 @@ def filter_query(
     parts.extend(Term("tools", t) for t in dict.fromkeys(tools))
     if failed is not None:
         parts.append(Term("failed", "true" if failed else "false"))
+    return _all(parts)
+
+
+def _all(parts: list[Query]) -> Query | None:
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else And(parts)
 
 
-class Bm25(BM25F):
-    """Okapi BM25 (k1 1.2, b 0.75) with upstream's idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``.
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    """BM25's collection statistics: visible items, their average length, document frequencies
+    of the query terms (encoded, as Whoosh hands them to the scorer)."""
 
-    ``N`` and the average length count the documents whose ``role`` is ``item`` (visible
-    items): session documents and hidden turns index no text and must not dilute the average.
-    Whoosh's own BM25F uses ``log(N / (df + 1)) + 1`` over every document.
+    items: int
+    average_length: float
+    frequencies: Mapping[bytes, int]
+
+
+def segment_totals(reader: IndexReader) -> tuple[int, int]:
+    """(live visible items, their total exact length) of one segment."""
+    if ("role", "item") not in reader:
+        return 0, 0
+    ids = list(reader.postings("role", "item").all_ids())  # deleted documents excluded
+    lengths = reader.column_reader("length", translate=False)
+    return len(ids), sum(lengths[i] for i in ids)
+
+
+def segment_frequency(reader: IndexReader, term: str) -> int:
+    """Live items of one segment that contain ``term``."""
+    if ("text", term) not in reader:
+        return 0
+    return sum(1 for _ in reader.postings("text", term).all_ids())
+
+
+class Bm25(BM25F):
+    """Okapi BM25 (k1 1.2, b 0.75) with upstream's idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``
+    over a :class:`Corpus` and exact lengths.
+
+    Upstream counts one session's items; here the statistics are over every indexed item
+    (live, visible). On the distinctive details that tests/test_search_quality.py picks from
+    the fixtures as of 086db79 (222, any line mentioning an error included), the source turn
+    was in the top 3 for 220 with these statistics, 217 with per-session ones, 219 with
+    Whoosh's idf ``log(N / (df + 1)) + 1``; its current picks (181) all three find.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, corpus: Corpus) -> None:
         super().__init__(B=0.75, K1=1.2)
+        self.corpus = corpus
 
-    def scorer(self, searcher: Searcher, fieldname: str, text: str, qf: int = 1):
+    def scorer(self, searcher: Searcher, fieldname: str, text: bytes, qf: int = 1):
         if not searcher.schema[fieldname].scorable:
             return super().scorer(searcher, fieldname, text, qf)
-        return _Bm25Scorer(searcher, fieldname, text, self.B, self.K1, qf)
+        return _Bm25Scorer(searcher, fieldname, text, self, qf)
 
+
+class _Bm25Scorer(BM25FScorer):
+    """Scores with the exact ``length`` column. Whoosh's block-skipping bounds use its one-byte
+    lengths, rounded up; they are taken at the bottom of their byte's range to stay bounds."""
+
+    def __init__(self, searcher: Searcher, fieldname: str, text: bytes, model: Bm25, qf: int):
+        corpus = model.corpus
+        n, df = corpus.items, corpus.frequencies.get(encode(text), 0)
+        self.idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        self.avgfl = corpus.average_length or 1.0
+        self.B, self.K1, self.qf = model.B, model.K1, qf
+        self.setup(searcher, fieldname, text)
+        self.dfl = searcher.reader().column_reader("length", translate=False).__getitem__
+        info = searcher.term_info(fieldname, text)
+        self._maxquality = self._score(info.max_weight(), _shortest(info.min_length()))
+
+    def block_quality(self, matcher) -> float:
+        return self._score(matcher.block_max_weight(), _shortest(matcher.block_min_length()))
+
+
+def _shortest(length: int) -> int:
+    """The least exact length that Whoosh stores as ``length``'s byte."""
+    code = length_to_byte(length)
+    return byte_to_length(code - 1) + 1 if code else 0
 
 
 class RankCollector(TopCollector):
@@ -267,29 +328,13 @@ class _Later:
     __hash__ = None  # type: ignore[assignment]
 
 
-# (N, average length) per top-level searcher: a scorer is made per segment and term.
-_COLLECTION: weakref.WeakKeyDictionary[Searcher, tuple[int, float]] = weakref.WeakKeyDictionary()
-
-
-class _Bm25Scorer(BM25FScorer):
-    def __init__(self, searcher, fieldname, text, B, K1, qf=1):
-        parent = searcher.get_parent()
-        if parent not in _COLLECTION:
-            n = parent.doc_frequency("role", "item") or 1
-            _COLLECTION[parent] = (n, parent.field_length(fieldname) / n or 1.0)
-        n, self.avgfl = _COLLECTION[parent]
-        df = parent.doc_frequency(fieldname, text)
-        self.idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        self.B, self.K1, self.qf = B, K1, qf
-        self.setup(searcher, fieldname, text)
-
-
 SCHEMA = Schema(
     key=Exact(unique=True),
     role=Exact(),  # item | hidden | session
     session=Exact(stored=True, sortable=True),
     history_id=STORED(),
-    sequence=StoredNumber(),
+    sequence=Number(stored=True),
+    length=Number(),  # exact token count of the text
     file_state=STORED(),
     fingerprints=STORED(),
     project=Exact(),
@@ -301,22 +346,26 @@ SCHEMA = Schema(
 
 
 MERGE_FACTOR = 8  # segments of one size tier that are merged together
+# No merge rewrites more live items than this: a merge runs inside a sync, holding the writer
+# lock (about 1.3 s per 1,000 items), and other processes wait at most their lock timeout.
+MERGE_MAX_DOCS = 10_000
 
 
 def merge_tiers(writer: SegmentWriter, segments: list) -> list:
     """Whoosh merge policy: merge the segments of a full size tier, and mostly-deleted ones.
 
     Tier t holds segments of ``MERGE_FACTOR**t`` up to ``MERGE_FACTOR**(t+1) - 1`` live items;
-    a tier with ``MERGE_FACTOR`` segments is merged into the segment being written (Lucene's
-    log merge). An item is rewritten about log_F(N) times and at most F-1 segments wait per
-    tier. Whoosh's default (MERGE_SMALL) merges every small segment at once, which made a build
-    of one commit per session 3x slower than a single commit.
+    ``MERGE_FACTOR`` segments of one tier are merged into the segment being written (Lucene's
+    log merge), so an item is rewritten about log_F(N) times and at most F-1 segments wait per
+    tier. Segments past ``MERGE_MAX_DOCS`` stay as they are. Whoosh's default (MERGE_SMALL)
+    merges every small segment at once, which made 40 one-session commits 25% slower than
+    these tiers, and a live session's one-item syncs 30% slower.
     """
     tiers: dict[int, list] = defaultdict(list)
     merge = []
     for segment in segments:
         live = segment.doc_count()
-        if live * 2 < segment.doc_count_all():
+        if live * 2 < segment.doc_count_all() and live <= MERGE_MAX_DOCS:
             merge.append(segment)
             continue
         tier = 0
@@ -324,11 +373,13 @@ def merge_tiers(writer: SegmentWriter, segments: list) -> list:
             live //= MERGE_FACTOR
             tier += 1
         tiers[tier].append(segment)
-    keep = []
     for members in tiers.values():
-        (merge if len(members) >= MERGE_FACTOR else keep).extend(members)
+        members.sort(key=lambda segment: segment.doc_count())
+        group = members[:MERGE_FACTOR]
+        if len(group) == MERGE_FACTOR and sum(s.doc_count() for s in group) <= MERGE_MAX_DOCS:
+            merge.extend(group)
     for segment in merge:
         reader = SegmentReader(writer.storage, writer.schema, segment)
         writer.add_reader(reader)
         reader.close()
-    return keep
+    return [segment for segment in segments if segment not in merge]
