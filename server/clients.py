@@ -30,7 +30,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,7 +215,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the data directory the configured server uses (passed as --home)")
 
 
-def run(args: argparse.Namespace, settings: Settings) -> int:
+def run(
+    args: argparse.Namespace, settings: Settings, emit: Callable[[str], object] = print
+) -> int:
     name = args.name.strip()
     if not name:
         print("context-paging: --name must not be empty", file=sys.stderr)
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     entry = server_entry(args.client, command, prefix, home, os.environ)
     path = args.config or default_path(args.client)
     if not args.write:
-        print(json.dumps(config_document(args.client, name, entry), indent=2, ensure_ascii=False))
+        emit(json.dumps(config_document(args.client, name, entry), indent=2, ensure_ascii=False))
         sys.stdout.flush()  # the hint below goes to stderr; keep the two in order on a terminal
         print(f"# {client.title} reads this from {path} ({client.scope}); "
               "rerun with --write to merge it there.", file=sys.stderr)
@@ -242,11 +244,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"context-paging: could not write {path} ({exc})", file=sys.stderr)
         return 2
     if not changed:
-        print(f"{path} already has this {name!r} entry; nothing changed.")
+        emit(f"{path} already has this {name!r} entry; nothing changed.")
         return 0
     backup = path.with_name(path.name + ".bak")
     kept = f" (the previous file is {backup})" if backup.exists() else ""
-    print(f"Added {name!r} to {path}{kept}. Restart {client.title} to load it.")
+    emit(f"Added {name!r} to {path}{kept}. Restart {client.title} to load it.")
     return 0
 
 

@@ -15,6 +15,7 @@ import argparse
 import json
 import tempfile
 import textwrap
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from index.context import ContextSettings
 from index.service import History
 from server.tokens import text_counter
 
+Emit = Callable[[str], object]
 SAMPLE = "demo-session.jsonl"
 BUDGET = 12_000
 SESSION = "demo-flaky-checkout"
@@ -43,22 +45,23 @@ def sample_messages() -> list[dict[str, Any]]:
     return out
 
 
-def run_demo(args: argparse.Namespace | None = None) -> int:
+def run_demo(args: argparse.Namespace | None = None, emit: Emit = print) -> int:
+    """Run the tour; ``emit`` writes one block of output (the CLI passes ``print``)."""
     with tempfile.TemporaryDirectory(prefix="context-paging-demo-") as tmp:
         history = History({"pi": None, "claude": None, "codex": None}, Path(tmp),
                           ContextSettings(token_budget=BUDGET), text_counter)
         try:
-            replay(history)
-            return recover(history, f"ledger:{SESSION}")
+            replay(history, emit)
+            return recover(history, f"ledger:{SESSION}", emit)
         finally:
             history.close()
 
 
-def replay(history: History) -> None:
+def replay(history: History, emit: Emit) -> None:
     messages = sample_messages()
-    print(f"Replaying {len(messages)} messages of the sample session through select_context "
+    emit(f"Replaying {len(messages)} messages of the sample session through select_context "
           f"(budget {BUDGET:,} tokens, cut target {BUDGET * 5 // 8:,}).\n")
-    print(f"{'request':>7}  {'sent/total msgs':>15}  {'window tokens':>13}  {'evicted':>7}  "
+    emit(f"{'request':>7}  {'sent/total msgs':>15}  {'window tokens':>13}  {'evicted':>7}  "
           "mode           fallback")
     requests = [i for i, m in enumerate(messages) if m["role"] != "assistant"
                 and (i + 1 == len(messages) or messages[i + 1]["role"] == "assistant")]
@@ -70,35 +73,35 @@ def replay(history: History) -> None:
         if reply["notice"] and reply["notice"] != previous_notice:
             marker = "  ← the cut moved"
         previous_notice = reply["notice"] or previous_notice
-        print(f"{number:>7}  {len(reply['messages']):>7}/{len(outgoing):<7}  "
+        emit(f"{number:>7}  {len(reply['messages']):>7}/{len(outgoing):<7}  "
               f"{reply['estimated_tokens']:>13,.0f}  {reply['evicted_messages']:>7}  "
               f"{reply['mode']:<14} {reply['fallback_reason'] or '-'}{marker}")
-    print("\nThe notice the model sees in place of the evicted turns:\n")
-    print(textwrap.indent(previous_notice or "(none)", "  "))
+    emit("\nThe notice the model sees in place of the evicted turns:\n")
+    emit(textwrap.indent(previous_notice or "(none)", "  "))
 
 
-def recover(history: History, ref: str) -> int:
+def recover(history: History, ref: str, emit: Emit) -> int:
     query = "ECONNREFUSED 6379"
-    print(f"\n$ search_history query={query!r}   (the ledger of every request above)")
+    emit(f"\n$ search_history query={query!r}   (the ledger of every request above)")
     reply = history.search(query, session=ref, limit=3)
     for hit in reply.references:
-        print(f"  {hit['history_id']}  #{hit['sequence']} {hit['kind']:<10} tools={hit['tools']}")
-        print(textwrap.indent(textwrap.fill(hit["preview"], 92), "      "))
+        emit(f"  {hit['history_id']}  #{hit['sequence']} {hit['kind']:<10} tools={hit['tools']}")
+        emit(textwrap.indent(textwrap.fill(hit["preview"], 92), "      "))
     turn = next((h for h in reply.references if "bash" in h["tools"]), None)
     if turn is None:
-        print("  the CI-log turn was not found — the demo data is damaged")
+        emit("  the CI-log turn was not found — the demo data is damaged")
         return 1
     item = history.load(ref, [turn["history_id"]])[0]
     result = item["tool_results"][0]
     text = "".join(b["text"] for b in result["content"] if b and b.get("type") == "text")
-    print(f"\n$ load_history history_ids=[{turn['history_id']!r}]")
-    print(f"  {result['tool_name']} output, exact: {len(text):,} characters, "
+    emit(f"\n$ load_history history_ids=[{turn['history_id']!r}]")
+    emit(f"  {result['tool_name']} output, exact: {len(text):,} characters, "
           f"{text.count(chr(10)) + 1} lines")
     page = history.read_output(ref, history_id=turn["history_id"], source="tool_result",
                                tool_call_id=result["tool_call_id"], offset=0, limit=2000)
-    print(f"\n$ read_context_output offset=0 limit=2000 → {len(page['text']):,} of "
+    emit(f"\n$ read_context_output offset=0 limit=2000 → {len(page['text']):,} of "
           f"{page['total_characters']:,} characters, next_offset={page['next_offset']}")
     recalled = history.recall(ref, tool_call_id=result["tool_call_id"], pattern="ERROR")
-    print(f"\n$ recall tool_call_id={result['tool_call_id']!r} pattern='ERROR'")
-    print(textwrap.indent(recalled.text, "  "))
+    emit(f"\n$ recall tool_call_id={result['tool_call_id']!r} pattern='ERROR'")
+    emit(textwrap.indent(recalled.text, "  "))
     return 0
