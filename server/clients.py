@@ -230,8 +230,8 @@ def run(
     if not args.write:
         emit(json.dumps(config_document(args.client, name, entry), indent=2, ensure_ascii=False))
         sys.stdout.flush()  # the hint below goes to stderr; keep the two in order on a terminal
-        print(f"# {client.title} reads this from {path} ({client.scope}); "
-              "rerun with --write to merge it there.", file=sys.stderr)
+        hint = f"# {client.title} reads this from {path} ({client.scope}); rerun with --write"
+        print(hint + " to merge it there.", file=sys.stderr)
         if args.client == "claude-code":
             print(f"# Or let Claude Code add it: {claude_mcp_add(name, entry)}", file=sys.stderr)
         return 0
