@@ -6,14 +6,18 @@ session file. Numbers use fixed en-US grouping; a missing value prints ``unavail
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 LABEL_WIDTH = 21
 
 
-@dataclass(frozen=True)
-class Stats:
+class Stats(BaseModel):
+    """The report's figures; also the structured output of the ``paging_stats`` tool."""
+
+    model_config = ConfigDict(frozen=True)
+
     session: str
     enabled: bool
     stored_bytes: int | None
@@ -30,7 +34,7 @@ class Stats:
     distilled_saved_characters: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return self.model_dump()
 
 
 def _grouped(value: float) -> str:

@@ -26,6 +26,7 @@ from index.discovery import SessionRefError
 from index.ledger import LedgerError
 from index.navigator import NavigatorError, dumps
 from index.service import History
+from index.stats import Stats
 from index.stats import render as render_stats
 from index.store import IndexBusy
 from paging.distill import DistillConfig
@@ -137,22 +138,8 @@ class SelectContextResult(BaseModel):
     distilled: list[dict[str, Any]]
 
 
-class StatsResult(BaseModel):
-    text: str
-    session: str
-    enabled: bool
-    stored_bytes: int | None
-    history_tokens: int | None
-    input_tokens: float | None
-    input_measured: bool
-    budget_tokens: float | None
-    model_window: float | None
-    cache_read_tokens: int | None
-    cache_write_tokens: int | None
-    mode: str | None
-    evicted_messages: int | None
-    distilled_outputs: int
-    distilled_saved_characters: int
+class StatsResult(Stats):
+    text: str = Field(description="The report as text")
 
 
 class ToolFailure(Exception):
