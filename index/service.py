@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,6 +128,8 @@ class History:
             reverse=True,
         )
         for found in files:
+            if not might_have_run_in(found, cwd):
+                continue
             try:
                 if self.catalog.open(found).info.cwd == cwd:
                     return found.ref
@@ -253,6 +256,29 @@ class History:
         items = self.navigator(session).raw
         text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
+
+
+def might_have_run_in(found: SessionFileRef, cwd: str) -> bool:
+    """A cheap pre-check before parsing a file to learn its working directory.
+
+    Claude Code and Pi name a session's folder after its working directory (lossy escapes, so a
+    match is only a candidate); a Codex rollout states it in its first line. Anything else
+    is a candidate too.
+    """
+    folder = found.path.parent.name
+    if found.source == "claude" and folder.startswith("-"):
+        if "/subagents" in str(found.path.parent):
+            folder = found.path.parent.parent.parent.name
+        return folder == re.sub(r"[^A-Za-z0-9]", "-", cwd)
+    if found.source == "pi" and folder.startswith("--") and folder.endswith("--"):
+        return folder == "--" + re.sub(r"[/\\:]", "-", cwd.lstrip("/\\")) + "--"
+    if found.source == "codex":
+        try:
+            with open(found.path, encoding="utf-8", errors="replace") as handle:
+                return cwd in handle.readline()
+        except OSError:
+            return False
+    return True
 
 
 def file_stats(ref: str, session: SessionFile, enabled: bool = True) -> Stats:

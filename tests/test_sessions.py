@@ -204,3 +204,28 @@ def test_every_fixture_is_detected_as_its_own_format():
     expected = {"pi": "pi", "claude-code": "claude", "codex": "codex"}
     for path in ALL_FIXTURES:
         assert load(str(path)).source == expected[Path(path).parent.name], path.name
+
+
+def test_without_a_session_the_newest_one_run_in_this_directory_is_used(tmp_path, monkeypatch):
+    from index.service import History
+
+    work = tmp_path / "work" / "app"
+    work.mkdir(parents=True)
+    folder = tmp_path / "pi" / ("--" + str(work).lstrip("/").replace("/", "-") + "--")
+    folder.mkdir(parents=True)
+    header = {"type": "session", "version": 3, "id": "here", "timestamp": "2026-01-01T00:00:00Z",
+              "cwd": str(work)}
+    prompt = {"type": "message", "id": "a1", "parentId": None, "timestamp": "2026-01-01T00:00:01Z",
+              "message": {"role": "user", "content": "hello"}}
+    (folder / "2026-01-01T00-00-00-000Z_here.jsonl").write_text(
+        json.dumps(header) + "\n" + json.dumps(prompt) + "\n")
+    elsewhere = tmp_path / "pi" / "--somewhere-else--"
+    elsewhere.mkdir()
+    shutil.copy(fixture("pi-v3-real-redacted-smoke-session-info.jsonl"),
+                elsewhere / "2026-01-01T00-00-00-000Z_other.jsonl")
+    history = History({"pi": tmp_path / "pi", "claude": None, "codex": None}, tmp_path / "h")
+    monkeypatch.chdir(work)
+    assert history.resolve_default(None) == "pi:here"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SessionRefError, match="no session ran in"):
+        history.resolve_default(None)
