@@ -14,10 +14,9 @@ Indexing is pure Python, so the analyzer is kept cheap:
 * :class:`SearchText` counts terms itself and hands Whoosh ``(term, freq, weight, value)``
   tuples: no per-token ``Token`` objects, no positions.
 
-One commit of 4,000 real 2 KB items, best of 3 interleaved runs: Whoosh ``TEXT`` with its
-StandardAnalyzer 467 docs/s; the spec tokenizer as a Whoosh ``Tokenizer`` 563 docs/s on ``TEXT``,
-579 on a frequency-only field; ``SearchText`` 681 docs/s with ``regex`` only, 787 (1.6 MB/s)
-with the ASCII path.
+One commit of 4,000 real 2 KB items (three runs on a noisy 2-core VM): Whoosh ``TEXT`` with its
+StandardAnalyzer 453-554 docs/s, ``SearchText`` 600-825 docs/s. The ASCII path tokenizes 1.4-1.6x
+faster than the ``regex`` path, a few percent of the whole.
 
 :class:`Exact` indexes whole values (one term per value, never tokenized), so file paths and
 tool names with spaces, commas or any other character filter exactly. Terms are UTF-8 with
@@ -358,8 +357,9 @@ def merge_tiers(writer: SegmentWriter, segments: list) -> list:
     ``MERGE_FACTOR`` segments of one tier are merged into the segment being written (Lucene's
     log merge), so an item is rewritten about log_F(N) times and at most F-1 segments wait per
     tier. Segments past ``MERGE_MAX_DOCS`` stay as they are. Whoosh's default (MERGE_SMALL)
-    merges every small segment at once, which made 40 one-session commits 25% slower than
-    these tiers, and a live session's one-item syncs 30% slower.
+    merges every small segment at once: 40 one-session commits ran 10-40% slower with it, and a
+    live session's one-item syncs 25-60% slower (NO_MERGE: 61 segments after 60 syncs, and
+    searches over everything 2.5x slower).
     """
     tiers: dict[int, list] = defaultdict(list)
     merge = []

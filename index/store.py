@@ -18,16 +18,17 @@ Nothing to do means no writer at all.
 
 Concurrency and crashes (DESIGN.md "Reliability rules"). Whoosh commits by writing new segment
 files and then renaming a new table of contents into place, so readers never block and a process
-killed mid-commit leaves the previous generation intact; the next commit removes the leftovers.
+killed mid-commit leaves the previous generation intact; the next open or commit removes the
+leftovers.
 The writer lock is an OS file lock (released when its holder dies), waited on for at most
 ``lock_timeout`` seconds, then :class:`IndexBusy`. The plan is recomputed under the lock, so two
 processes syncing at once lose nothing. An index that cannot be opened or fails the sanity check
 is moved aside to ``<dir>.broken-<timestamp>`` and replaced by an empty one: the data is derived,
 and the caller re-syncs because the file states went with it.
 
-Ranking is BM25 (k1 1.2, b 0.75) with upstream's idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``.
-``N``, ``df`` and the average length are counted over the items of every session in the index
-(Whoosh keeps index-wide statistics), where upstream counts one session's visible items.
+Ranking (index.analysis.Bm25, RankCollector): BM25 with upstream's idf and exact lengths,
+statistics over every live visible item of the index (upstream: the session's; measured better
+on the fixtures), ties by session then sequence, filters applied while matching.
 """
 
 from __future__ import annotations
