@@ -166,27 +166,35 @@ class History:
         """Bring every session under the roots (and the ledger) into the index.
 
         Files whose size, mtime, inode and first line match what the index stored are skipped
-        without being opened, so an up-to-date index costs one stat per file.
+        without being opened, so an up-to-date index costs one stat per file. The rest are
+        written through ``sync_many``, which shares commits across sessions.
         """
         refs: list[str | SessionFileRef] = list(iter_session_files(self.catalog.roots))
         refs += self.ledger.sessions()
         stored = self.store.indexed_sessions()
-        changed = 0
-        for done, ref in enumerate(refs):
-            if progress:
-                progress(done, len(refs), f"indexing {getattr(ref, 'ref', ref)}")
-            try:
-                if isinstance(ref, SessionFileRef) and stored.get(ref.ref) == file_identity(
-                    str(ref.path)
-                ):
+
+        def batches():
+            for done, ref in enumerate(refs):
+                name = getattr(ref, "ref", ref)
+                if progress:
+                    progress(done, len(refs), f"indexing {name}")
+                try:
+                    if isinstance(ref, SessionFileRef):
+                        if stored.get(ref.ref) == file_identity(str(ref.path)):
+                            continue
+                        canonical, cwd, items, state = self._open_file(ref)
+                    else:
+                        canonical, cwd, items, state = self._open(ref)
+                except (SessionRefError, OSError) as exc:
+                    log.warning("not indexed: %s: %s", name, exc)
                     continue
-                if self.ensure_indexed(ref) is not None:
-                    changed += 1
-            except (SessionRefError, OSError) as exc:
-                log.warning("not indexed: %s: %s", getattr(ref, "ref", ref), exc)
+                if stored.get(canonical) != state:
+                    yield canonical, [doc_for(canonical, cwd, i) for i in items], state
+
+        results = self.store.sync_many(batches())
         if progress:
             progress(len(refs), len(refs), "index up to date")
-        return changed
+        return sum(1 for r in results.values() if r.added or r.updated or r.removed)
 
     # --- the recovery operations ----------------------------------------------------------
 
