@@ -20,6 +20,7 @@ keeps everything. The thresholds of the config apply to these scores.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -69,7 +70,20 @@ def _stem(word: str) -> str:
 
 
 def terms(text: str) -> set[str]:
-    return {_stem(w) for w in _WORD.findall(text) if w.lower() not in _STOPWORDS}
+    return set(_terms(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _terms(text: str) -> frozenset[str]:
+    # Cached per text: the same request, answer and later tool calls are read for every segment
+    # of every output of a run, so a run end over hundreds of outputs reads each text once.
+    return frozenset(_stem(w) for w in _WORD.findall(text) if w.lower() not in _STOPWORDS)
+
+
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_PASCAL = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
+_LETTER = re.compile(r"[A-Za-z]")
+_DIGIT = re.compile(r"\d")
 
 
 def _is_identifier(token: str) -> bool:
@@ -78,9 +92,9 @@ def _is_identifier(token: str) -> bool:
     core = token.strip("_$")
     return (
         "_" in core
-        or re.search(r"[a-z][A-Z]", token) is not None
-        or re.fullmatch(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+", token) is not None
-        or (re.search(r"[A-Za-z]", token) is not None and re.search(r"\d", token) is not None)
+        or _CAMEL.search(token) is not None
+        or _PASCAL.fullmatch(token) is not None
+        or (_LETTER.search(token) is not None and _DIGIT.search(token) is not None)
     )
 
 
@@ -94,25 +108,33 @@ class Evidence:
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> Evidence:
+        parts = [_evidence(text) for text in texts if text]
+        return cls(
+            frozenset().union(*(p.quoted for p in parts)),
+            frozenset().union(*(p.paths for p in parts)),
+            frozenset().union(*(p.identifiers for p in parts)),
+        )
+
+    @classmethod
+    def of_text(cls, text: str) -> Evidence:
         quoted: set[str] = set()
         paths: set[str] = set()
         identifiers: set[str] = set()
-        for text in texts:
-            spans = _BACKTICK.findall(text)
-            lines = [ln for block in _FENCE.findall(text) for ln in block.split("\n")]
-            lines += [ln[1:] for ln in text.split("\n") if ln.startswith(">")]
-            for span in [*spans, *lines]:
-                span = span.strip()
-                if len(span) >= 8 and not _TOKEN.fullmatch(span):
-                    quoted.add(span)
-            for span in spans:
-                if _TOKEN.fullmatch(span.strip()) and len(span.strip()) >= 3:
-                    identifiers.add(span.strip())
-            for match in _PATH.findall(text):
-                path = match.rstrip(".")
-                if len(path) >= 4 and ("/" in path or KNOWN_EXTENSION.search(path)):
-                    paths.add(path)
-            identifiers.update(t for t in _TOKEN.findall(text) if _is_identifier(t))
+        spans = _BACKTICK.findall(text)
+        lines = [ln for block in _FENCE.findall(text) for ln in block.split("\n")]
+        lines += [ln[1:] for ln in text.split("\n") if ln.startswith(">")]
+        for span in [*spans, *lines]:
+            span = span.strip()
+            if len(span) >= 8 and not _TOKEN.fullmatch(span):
+                quoted.add(span)
+        for span in spans:
+            if _TOKEN.fullmatch(span.strip()) and len(span.strip()) >= 3:
+                identifiers.add(span.strip())
+        for match in _PATH.findall(text):
+            path = match.rstrip(".")
+            if len(path) >= 4 and ("/" in path or KNOWN_EXTENSION.search(path)):
+                paths.add(path)
+        identifiers.update(t for t in _TOKEN.findall(text) if _is_identifier(t))
         return cls(frozenset(quoted), frozenset(paths), frozenset(identifiers))
 
     def __bool__(self) -> bool:
@@ -159,7 +181,7 @@ class LocalJudge:
             work_texts = [question.request, *context.later_calls,
                           *(user for user, _ in question.history)]
         final, work = Evidence.of(final_texts), Evidence.of(work_texts)
-        wanted = terms("\n".join(final_texts + work_texts))
+        wanted = set().union(*(_terms(t) for t in final_texts + work_texts if t))
         if not wanted and not final and not work:
             return None
         present = [terms(c.text) & wanted for c in chunks]
@@ -335,3 +357,9 @@ def scores_from_ids(ids: frozenset[int] | None, chunks: Sequence[Chunk]) -> dict
     if ids is None:
         return None
     return {c.index: 1.0 if c.index in ids else 0.0 for c in chunks}
+
+
+@functools.lru_cache(maxsize=4096)
+def _evidence(text: str) -> Evidence:
+    """Evidence of one text, cached: see ``_terms``."""
+    return Evidence.of_text(text)
