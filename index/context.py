@@ -250,13 +250,12 @@ class ContextService:
         if newest is not None and isinstance(usage, dict):
             usage_log[newest] = [usage.get("cache_read_tokens") or 0,
                                  usage.get("cache_write_tokens") or 0]
+        evicted_sources = {views.views[i].source for i in selection.evicted}
         self._remember(session, settings_key, selection, keys, estimates, resident,
                        calibration.overhead if calibration else 0.0,
                        {"usage_by_response": usage_log, "model_window": model_window,
                         "calibrated": calibration is not None,
-                        "evicted_messages": None})
-        evicted_sources = {views.views[i].source for i in selection.evicted}
-        self._patch_state(session, evicted_messages=len(evicted_sources))
+                        "evicted_messages": len(evicted_sources)})
         reply = {
             "messages": window,
             "mode": selection.mode,
@@ -308,11 +307,6 @@ class ContextService:
             if decision is not None:
                 result[position] = Distilled(dict(after[1]), decision)
         return result
-
-    def _patch_state(self, session: str, **values: Any) -> None:
-        state = self.ledger.load_state(session)
-        state.update(values)
-        self.ledger.save_state(session, state)
 
     def _remember(self, session: str, settings_key: list[Any],
                   selection: Selection, keys: Sequence[str | None], estimates: Sequence[float],
