@@ -10,8 +10,9 @@ import logging
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
 
 from index.discovery import SessionFileRef, iter_session_files, resolve
 from index.sessions import SessionFile, UnknownFormat
@@ -19,8 +20,11 @@ from index.sessions import SessionFile, UnknownFormat
 log = logging.getLogger("context_paging")
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSummary:
+class SessionSummary(BaseModel):
+    """One session as listed: also the ``list_sessions`` tool's output item."""
+
+    model_config = ConfigDict(frozen=True)
+
     ref: str
     source: str
     session_id: str
@@ -32,9 +36,6 @@ class SessionSummary:
     size: int
     format: str
     parent: str | None
-
-    def as_dict(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class Catalog:

@@ -21,6 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from index.catalog import SessionSummary
 from index.context import ContextSettings
 from index.discovery import SessionRefError
 from index.ledger import LedgerError
@@ -103,19 +104,8 @@ class RecallResult(BaseModel):
     images: int = Field(description="How many images follow the text as image content")
 
 
-class SessionEntry(BaseModel):
-    ref: str
-    title: str | None
-    cwd: str | None
-    created: str | None
-    updated: str | None
-    size: int
-    format: str
-    parent: str | None
-
-
 class SessionsResult(BaseModel):
-    sessions: list[SessionEntry]
+    sessions: list[SessionSummary]
 
 
 class Usage(BaseModel):
@@ -359,10 +349,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         """List Pi, Claude Code and Codex sessions, newest first, with the reference to pass as
         session to the other tools."""
         summaries = await run(history.list_sessions, source, project, limit)
-        return _reply(SessionsResult(sessions=[
-            SessionEntry(**{k: v for k, v in s.as_dict().items() if k in SessionEntry.model_fields})
-            for s in summaries
-        ]))
+        return _reply(SessionsResult(sessions=summaries))
 
     @tool("Select Context", HOST_TOOL)
     async def select_context(
