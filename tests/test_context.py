@@ -247,15 +247,19 @@ def test_usage_calibrates_the_next_estimate(tmp_path):
 
 
 def test_a_model_switch_resets_the_cut(tmp_path):
-    svc = service(tmp_path)
-    conversation = pi_turns(6) + [{"role": "user", "content": "next"}]
-    first = svc.select("W", conversation, model="a")
-    assert first["frontier"] is not None
-    state = Ledger(tmp_path / "home").load_state("W")
-    assert state["settings"] == ["a", None]
-    switched = svc.select("W", conversation, model="b")
-    assert switched["mode"] == "paged"  # a fresh cut for the new model
-    assert Ledger(tmp_path / "home").load_state("W")["settings"] == ["b", None]
+    first = pi_turns(6) + [{"role": "user", "content": "next"}]
+    grown = pi_turns(7) + [{"role": "user", "content": "and next"}]
+    # Same model: the remembered cut holds while the window is between target and budget.
+    same = service(tmp_path / "a")
+    same.select("W", first, model="a")
+    kept = same.select("W", grown, model="a")
+    # Another model: the cut is forgotten, so FIFO runs from the start down to the target.
+    switched = service(tmp_path / "b")
+    switched.select("W", first, model="a")
+    reset = switched.select("W", grown, model="b")
+    assert kept["mode"] == reset["mode"] == "paged"
+    assert len(reset["messages"]) < len(kept["messages"])
+    assert Ledger(tmp_path / "b" / "home").load_state("W")["settings"] == ["b", None]
 
 
 def test_disabled_paging_passes_messages_through_but_still_stores_them(tmp_path):
