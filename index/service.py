@@ -56,6 +56,7 @@ class History:
         self._store: SearchIndex | None = None
         self._navigators: OrderedDict[str, tuple[object, Navigator]] = OrderedDict()
         self.current_session: str | None = None
+        self._resolved: dict[str, SessionFileRef] = {}
         self.ledger = Ledger(home)
         self._context_settings = context_settings or ContextSettings()
         self._count_text = count_text
@@ -94,7 +95,12 @@ class History:
                 return self.ledger.open(ref)
             except LedgerError as exc:
                 raise SessionRefError(str(exc)) from None
-        found = resolve(ref, self.catalog.roots)
+        found = self._resolved.get(ref)
+        if found is None or not _still_inside(found, self.catalog.roots):
+            # Resolving walks every file under the roots; a search resolves the session and
+            # each hit's session, so canonical references are remembered per process.
+            found = resolve(ref, self.catalog.roots)
+            self._resolved[found.ref] = found
         return self._open_file(found)
 
     def _open_file(self, found: SessionFileRef) -> tuple[str, str, Sequence[HistoryItem], dict]:
@@ -264,6 +270,13 @@ class History:
         items = self.navigator(session).raw
         text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
+
+
+def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bool:
+    """A remembered file is still a file inside its root (no symlink swapped in since)."""
+    root = roots.get(found.source)
+    real = Path(os.path.realpath(found.path))
+    return root is not None and real.is_file() and real.is_relative_to(os.path.realpath(root))
 
 
 def might_have_run_in(found: SessionFileRef, cwd: str) -> bool:
