@@ -19,15 +19,20 @@ become the core's ``(history_id, message)`` entries — the history id is the le
 view's source message; outgoing-only (``ephemeral``) views are left out, since they are never
 stored and so could never be recalled (resident system messages are not views at all). The
 session's earlier decisions come from the ledger's ``decision`` lines; a pass of
-:func:`paging.distill.distill` with the local judge adds new ones, which are appended to the
-ledger before they are used, so every later call — in this process or after a restart — applies
-the same replacement bytes. Only tool outputs are distilled here (large outputs chunked, small
-ones replaced by a stub): the server turns exchange omission and image dropping off
-(``prune_exchanges = false``, ``image_keep_turns = 0``), so a window never loses whole messages
-to distillation and a tool call always keeps its result. A distilled tool result is estimated on
-its replaced content (the cache key names the decision) and rendered back as the host's own
-message with only its content replaced. ``judge = "sampling"`` falls back to the local judge.
-Any failure while distilling means the outputs are sent as they are.
+:func:`paging.distill.distill` adds new ones (with the tokens each saves, counted with this
+server's tokenizer), which are appended to the ledger before they are used, so every later call
+— in this process or after a restart — applies the same replacement bytes. The judge is the
+local one unless the caller passes another (the server's sampling judge, built from
+:meth:`ContextService.plan`).
+
+What the window gets: a distilled output, a removed output's stub, or an old output's text
+without its images is the host's own message with only that content replaced. An omitted
+exchange keeps its request as the stub and leaves out the rest of its messages; the left-out
+views stay in the selector's list at zero cost (so cut points and frontiers keyed on them stay
+valid) and are skipped when the window is rendered. The core omits an exchange only when no
+tool call in it would lose its result (``paging.distill.apply``). Every replaced view is
+estimated on its replaced content (the cache key names the decision). Any failure while
+distilling means the conversation is sent as it is.
 
 The cut is reset when the model or its window changes (upstream resets on a model switch).
 """
@@ -45,11 +50,11 @@ from index.history import HistoryItem
 from index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
 from index.stats import Stats
 from paging.calibrate import Anchor, Sent, calibrate
-from paging.distill import Decision, DistillConfig, LocalJudge, distill, summarize
-from paging.distill import apply as apply_decisions
+from paging.distill import Decision, DistillConfig, Judge, LocalJudge, distill, summarize
+from paging.distill.apply import changed
 from paging.distill.model import fingerprint as text_fingerprint
-from paging.distill.plan import latest
-from paging.distill.render import output_recall
+from paging.distill.plan import Plan, latest, plan_pass
+from paging.distill.render import exchange_recall, output_recall
 from paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
 from paging.select import CutKey, CutState, Frontier, Selection, select_context
@@ -58,9 +63,6 @@ from paging.units import tool_call_ids
 
 ESTIMATE_CACHE = 50_000
 log = logging.getLogger("context_paging")
-# What the server distills: tool outputs only (module docstring).
-OUTPUT_ACTIONS = frozenset({"distill", "remove"})
-OUTPUT_KINDS = frozenset({"output", "small"})
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,9 @@ class ContextService:
             fp = fps[view.source]
             message = view.message
             if index in distilled:
+                if distilled[index].message is None:
+                    out.append(0.0)  # left out with its exchange: never sent
+                    continue
                 message = distilled[index].message
                 fp = fp and f"{fp}:{distilled[index].key}"
             if fp is None:
@@ -187,6 +192,7 @@ class ContextService:
         trim_to_tokens: int | None = None,
         usage: dict[str, Any] | None = None,
         ephemeral: Sequence[int] = (),
+        judge: Judge | None = None,
     ) -> dict[str, Any]:
         if fmt == "auto":
             fmt = detect_format(messages)
@@ -204,7 +210,8 @@ class ContextService:
         if not self.settings.enabled:
             return _disabled(messages)
 
-        distilled = self._distill(ledger, views, ids, skip)
+        distilled = self._distill(ledger, views, ids, skip, judge or LocalJudge())
+        dropped = {i for i, d in distilled.items() if d.message is None}
         estimates = self._view_estimates(views, fps, distilled)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
@@ -232,7 +239,7 @@ class ContextService:
         trim = trim_to_tokens if trim_to_tokens is not None else (
             self.settings.trim_to_tokens if token_budget is None else None)
         selection = select_context(
-            [distilled[i].message if i in distilled else v.message
+            [distilled[i].message or v.message if i in distilled else v.message
              for i, v in enumerate(views.views)],
             token_budget=budget, trim_to_tokens=trim, model_window=model_window,
             resident_tokens=resident, estimates=estimates,
@@ -242,9 +249,10 @@ class ContextService:
             notice_tokens=self.notice_tokens,
         )
         recovery = selection.replacements or {}
-        shown = [i for i in selection.indexes if i in distilled and i not in recovery]
-        replacements = {i: distilled[i].decision.replacement for i in shown} | recovery
-        window = render(messages, views, selection.indexes, selection.notice, replacements)
+        kept = [i for i in selection.indexes if i not in dropped]
+        shown = [i for i in kept if i in distilled and i not in recovery]
+        replacements = {i: distilled[i].text for i in shown} | recovery
+        window = render(messages, views, kept, selection.notice, replacements)
         usage_log = dict(state.get("usage_by_response") or {})
         newest = _newest_assistant(views, ids)
         if newest is not None and isinstance(usage, dict):
@@ -274,39 +282,73 @@ class ContextService:
         }
         return reply
 
+    def entries(self, views: Views, ids: Sequence[str | None],
+                outgoing: set[int]) -> tuple[list[int], list[tuple[str, dict[str, Any]]]]:
+        """The distillation core's entries (view positions, ``(history id, message)``): every
+        view but outgoing-only ones, which are never stored and so could never be recalled."""
+        positions = [i for i, v in enumerate(views.views) if v.source not in outgoing]
+        return positions, [(str(ids[views.views[i].source]), views.views[i].message)
+                           for i in positions]
+
+    def plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
+             ephemeral: Sequence[int] = ()) -> Plan | None:
+        """What this request's distillation pass would judge, without storing anything: the
+        sampling judge asks the host's model about ``plan.segments`` before the call runs."""
+        config = self.settings.distill
+        if not (self.settings.enabled and config.enabled):
+            return None
+        fmt = detect_format(messages) if fmt == "auto" else fmt
+        views = to_views(messages, fmt)  # type: ignore[arg-type]
+        skip = set(ephemeral) | set(views.resident)
+        ids = chain_ids([None if i in skip else fingerprint(m) for i, m in enumerate(messages)])
+        _, entries = self.entries(views, ids, skip)
+        return plan_pass(entries, config, self.ledger.session(session).decisions)
+
     def _distill(self, ledger: LedgerSession, views: Views, ids: Sequence[str | None],
-                 outgoing: set[int]) -> dict[int, Distilled]:
-        """This call's distillation: view index -> the replaced message and its decision."""
+                 outgoing: set[int], judge: Judge) -> dict[int, Distilled]:
+        """This call's distillation: view index -> the view as sent (None: left out of the
+        window, part of an omitted exchange) and the decision behind it."""
         config = self.settings.distill
         if not config.enabled:
             return {}
-        config = replace(config, prune_exchanges=False, image_keep_turns=0)
-        positions = [i for i, v in enumerate(views.views) if v.source not in outgoing]
-        entries = [(str(ids[views.views[i].source]), views.views[i].message) for i in positions]
+        positions, entries = self.entries(views, ids, outgoing)
         try:
-            new = [d for d in distill(entries, config, ledger.decisions, judge=LocalJudge())
-                   if d.kind in OUTPUT_KINDS]
+            new = distill(entries, config, ledger.decisions, judge=judge)
         except Exception:  # a failed pass must never fail the request: keep everything
-            log.warning("distillation failed; outputs are sent whole", exc_info=True)
+            log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
         if new:
-            ledger.append_decisions(new)
-        in_force = {target: d for target, d in latest(ledger.decisions).items()
-                    if d.action in OUTPUT_ACTIONS and d.kind in OUTPUT_KINDS}
+            ledger.append_decisions([self._measured(d, entries) for d in new])
+        in_force = {t: d for t, d in latest(ledger.decisions).items() if d.edits}
         if not in_force:
             return {}
-        out = apply_decisions(entries, in_force.values())
-        if len(out) != len(entries):
-            return {}  # cannot happen without exchange omission; never misplace a message
+        changes = changed(entries, in_force.values())
+        by_view = {positions[p]: message for p, message in changes.items()}
         result: dict[int, Distilled] = {}
-        for position, (before, after) in zip(positions, zip(entries, out, strict=True),
-                                             strict=True):
-            if after[1] is before[1]:
+        owner: Decision | None = None
+        for index in sorted(by_view):
+            message = by_view[index]
+            view = views.views[index].message
+            if message is None:  # omitted with the exchange whose stub came before it
+                if owner is not None:
+                    result[index] = Distilled(None, owner)
                 continue
-            decision = in_force.get(str(before[1].get("toolCallId")))
-            if decision is not None:
-                result[position] = Distilled(dict(after[1]), decision)
+            key = view.get("toolCallId") if view.get("role") == "toolResult" else ids[
+                views.views[index].source]
+            decision = in_force.get(str(key))
+            if decision is None:
+                continue
+            if decision.action == "omit_exchange":
+                owner = decision
+            result[index] = Distilled(dict(message), decision)
         return result
+
+    def _measured(self, decision: Decision, entries: Sequence[tuple[str, Any]]) -> Decision:
+        """The decision with the tokens it saves, counted with this server's tokenizer."""
+        if not decision.edits or self.count_text is None:
+            return decision
+        saved = summarize([decision], self.count_text, entries).saved_tokens
+        return replace(decision, saved_tokens=saved)
 
     def _remember(self, session: str, settings_key: list[Any],
                   selection: Selection, keys: Sequence[str | None], estimates: Sequence[float],
@@ -340,8 +382,7 @@ class ContextService:
             history += sum(self._estimate(v.message) for v in views.views)
         latest = state.get("latest") or {}
         usage = list((state.get("usage_by_response") or {}).values())
-        summary = summarize(d for d in ledger.decisions
-                            if d.kind in OUTPUT_KINDS and d.action in OUTPUT_ACTIONS | {"keep"})
+        summary = summarize(ledger.decisions)
         return Stats(
             session=ledger.ref, enabled=enabled,
             stored_bytes=ledger.path.stat().st_size if ledger.path.exists() else None,
@@ -354,15 +395,20 @@ class ContextService:
             cache_write_tokens=sum(int(u[1]) for u in usage) if usage else None,
             mode=latest.get("mode"), evicted_messages=state.get("evicted_messages"),
             distilled_outputs=summary.outputs_distilled + summary.outputs_removed,
+            omitted_exchanges=summary.exchanges_omitted,
+            dropped_images=summary.images_dropped,
             distilled_saved_characters=summary.saved_chars,
+            distilled_saved_tokens=summary.saved_tokens,
+            distill_judges=dict(summary.judges),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Distilled:
-    """A tool result as this window sends it: the applied message and the decision behind it."""
+    """A view as this window sends it: the applied message (None when it is left out with an
+    omitted exchange) and the decision behind it."""
 
-    message: dict[str, Any]
+    message: dict[str, Any] | None
     decision: Decision
 
     @property
@@ -370,8 +416,20 @@ class Distilled:
         """Names the decision in estimate-cache and calibration keys."""
         return text_fingerprint(self.decision.action, self.decision.replacement)[:16]
 
+    @property
+    def text(self) -> str:
+        """The replacement content as one text: the stub, then (old images) the output's own
+        text blocks."""
+        if self.decision.action == "drop_image" and self.message is not None:
+            return "\n".join(str(b.get("text", "")) for b in self.message.get("content") or ()
+                             if isinstance(b, dict) and b.get("type") == "text")
+        return self.decision.replacement
+
     def report(self) -> dict[str, Any]:
         d = self.decision
+        if d.action == "omit_exchange":
+            return {"history_id": d.target, "action": d.action, "judge": d.judge,
+                    "saved_characters": d.saved_chars, "recall": exchange_recall(d.target)}
         return {"tool_call_id": d.target, "action": d.action, "judge": d.judge,
                 "saved_characters": d.saved_chars, "recall": output_recall(d.target)}
 

@@ -31,7 +31,11 @@ class Stats(BaseModel):
     mode: str | None = None
     evicted_messages: int | None = None
     distilled_outputs: int = 0
+    omitted_exchanges: int = 0
+    dropped_images: int = 0
     distilled_saved_characters: int = 0
+    distilled_saved_tokens: int = 0
+    distill_judges: dict[str, int] = {}
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()
@@ -87,7 +91,13 @@ def render(stats: Stats) -> str:
         _row("Tokens read", maybe(stats.cache_read_tokens)),
         _row("Tokens written", maybe(stats.cache_write_tokens)),
     ]
-    if stats.distilled_outputs:
-        lines += ["", "DISTILLATION", _row("Outputs distilled", _grouped(stats.distilled_outputs)),
-                  _row("Characters saved", _grouped(stats.distilled_saved_characters))]
+    if stats.distilled_outputs or stats.omitted_exchanges or stats.dropped_images:
+        judges = ", ".join(f"{name} {count}" for name, count in stats.distill_judges.items())
+        lines += ["", "DISTILLATION",
+                  _row("Outputs distilled", _grouped(stats.distilled_outputs)),
+                  _row("Exchanges omitted", _grouped(stats.omitted_exchanges)),
+                  _row("Outputs without images", _grouped(stats.dropped_images)),
+                  _row("Characters saved", _grouped(stats.distilled_saved_characters)),
+                  _row("Tokens saved", _grouped(stats.distilled_saved_tokens)),
+                  _row("Decisions by judge", judges or "none")]
     return "\n".join(lines)

@@ -12,8 +12,9 @@ kept whole come back as the very objects the host sent. Two cases are rebuilt, o
   results close the previous exchange, the text starts the next request). If only some parts are
   kept — the previous exchange left the window but the new request stays — the message is rebuilt
   from the kept blocks, in their original order.
-* **Replaced tool results.** ``render(..., replacements)`` swaps the content of a kept tool
-  result for a text (recovery references, distilled outputs); the rest of the message stays.
+* **Replaced content.** ``render(..., replacements)`` swaps the content of a kept tool result
+  (recovery references, distilled outputs, outputs without their old images) or of a user
+  request (an omitted exchange's stub) for one text; the rest of the message stays.
 * **The paging notice.** OpenAI and Pi get a leading user message. Anthropic requires the first
   message to be a user message and merges consecutive ones, so when the first kept message is a
   user message the notice is put in front of its content as a text block; otherwise a leading
@@ -264,12 +265,14 @@ def _partial(message: dict[str, Any], views: Views, indexes: list[int]) -> dict[
 
 def _replace(message: dict[str, Any], views: Views, indexes: list[int],
              replacements: dict[int, str]) -> dict[str, Any]:
-    """A tool result's content replaced, everything else of the message as sent.
+    """A tool result's or a request's content replaced, the rest of the message as sent.
 
-    Used for recovery mode (a tool result too large for the model window becomes a reference)
-    and for distilled tool outputs (the decision's replacement text). The replacement is one
-    text: Pi gets one text block, OpenAI a string, Anthropic a ``tool_result`` with one text
-    block (its ``tool_use_id``, ``is_error`` and other keys kept). Same text in, same bytes out.
+    Used for recovery mode (a tool result too large for the model window becomes a reference),
+    for distilled tool outputs and for an omitted exchange's request (the decision's stub). The
+    replacement is one text: Pi gets one text block, OpenAI a string, Anthropic a
+    ``tool_result`` with one text block (its ``tool_use_id``, ``is_error`` and other keys kept)
+    or, for a request, one text block in place of the request's own blocks. Same text in, same
+    bytes out.
     """
     if views.format == "pi":
         text = replacements[indexes[0]]
@@ -278,10 +281,21 @@ def _replace(message: dict[str, Any], views: Views, indexes: list[int],
         return {**message, "content": replacements[indexes[0]]}
     by_call = {views.views[i].message.get("toolCallId"): replacements[i]
                for i in indexes if i in replacements}
+    request = next((replacements[i] for i in indexes
+                    if i in replacements and views.views[i].message["role"] == "user"), None)
+    content = message["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
     blocks = []
-    for block in message["content"]:
-        if isinstance(block, dict) and block.get("tool_use_id") in by_call:
+    request_written = False
+    for block in content:
+        is_result = isinstance(block, dict) and block.get("type") == "tool_result"
+        if is_result and block.get("tool_use_id") in by_call:
             block = {**block, "content": [{"type": "text", "text": by_call[block["tool_use_id"]]}]}
+        elif not is_result and request is not None:
+            if request_written:
+                continue  # the request's blocks are replaced by its one text, written once
+            block, request_written = {"type": "text", "text": request}, True
         blocks.append(block)
     return {**message, "content": blocks}
 

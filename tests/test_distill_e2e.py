@@ -158,7 +158,8 @@ async def test_a_grep_output_is_distilled_at_run_end_and_stays_byte_identical(ho
 
     ledger = (home / "ledger" / f"{session}.jsonl").read_text().splitlines()
     decisions = [json.loads(line) for line in ledger if '"type": "decision"' in line]
-    assert [d["decision"]["target"] for d in decisions] == [CALL_ID]  # decided once
+    targets = [d["decision"]["target"] for d in decisions]
+    assert targets.count(CALL_ID) == 1 and len(set(targets)) == len(targets)  # decided once
 
     # A restarted server (same home) returns the same window and decides nothing new.
     server = create_server(load_settings(home=home))
@@ -169,7 +170,7 @@ async def test_a_grep_output_is_distilled_at_run_end_and_stays_byte_identical(ho
         assert again["distilled"] == [report]
     server.history.close()
     ledger = (home / "ledger" / f"{session}.jsonl").read_text()
-    assert ledger.count('"type": "decision"') == 1
+    assert ledger.count('"type": "decision"') == len(decisions)
 
 
 async def test_distillation_can_be_turned_off(home):

@@ -67,9 +67,20 @@ class _Index:
 
 
 def apply(entries: Sequence[Entry], decisions: Iterable[Decision]) -> list[Entry]:
+    changes = changed(entries, decisions)
+    return [
+        entry if i not in changes else (entry[0], changes[i])
+        for i, entry in enumerate(entries)
+        if changes.get(i, entry[1]) is not None
+    ]
+
+
+def changed(entries: Sequence[Entry], decisions: Iterable[Decision]) -> dict[int, Message | None]:
+    """What :func:`apply` changes, by entry position: the new message, or None when the entry
+    is left out (an omitted exchange). Positions not in the result stay as they are."""
     in_force = [d for d in latest(decisions).values() if d.edits]
     if not in_force:
-        return list(entries)
+        return {}
     index = _Index.of(entries)
     replaced: dict[int, Message] = {}
     dropped: set[int] = set()
@@ -87,11 +98,7 @@ def apply(entries: Sequence[Entry], decisions: Iterable[Decision]) -> list[Entry
             else:
                 content = [text]
             replaced[i] = _with_content(message, content)
-    return [
-        entry if i not in replaced else (entry[0], replaced[i])
-        for i, entry in enumerate(entries)
-        if i not in dropped
-    ]
+    return {**replaced, **dict.fromkeys(dropped)}
 
 
 def _with_content(message: Message, content: list) -> dict:

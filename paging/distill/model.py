@@ -96,6 +96,7 @@ class Decision:
     label: str = ""
     before_chars: int = 0
     after_chars: int = 0
+    saved_tokens: int | None = None  # measured by the server with its tokenizer, when it can
 
     @property
     def edits(self) -> bool:

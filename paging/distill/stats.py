@@ -3,8 +3,9 @@
 Only the decision in force per target counts (the last one given). Saved characters come from
 the decisions themselves. Saved tokens are measured when the conversation and a text counter
 are given: the messages a decision changed are counted before and after :func:`apply` with
-:func:`paging.tokens.counted_tokens` (images by size); otherwise they are estimated as
-characters / 4.
+:func:`paging.tokens.counted_tokens` (images by size). Otherwise each decision's own
+``saved_tokens`` counts (the server measures it when it makes the decision), or its characters
+/ 4 when it has none.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ def summarize(
     saved_chars = sum(d.saved_chars for d in in_force)
     if tokens is not None and entries is not None:
         saved_tokens = _measured(entries, in_force, tokens)
-    else:
-        saved_tokens = round(saved_chars / 4)
+    else:  # measured per decision when the server could, else characters / 4
+        saved_tokens = sum(
+            d.saved_tokens if d.saved_tokens is not None else round(d.saved_chars / 4)
+            for d in in_force if d.edits
+        )
     judges = Counter(d.judge for d in in_force)
     return DistillStats(
         outputs_distilled=actions["distill"],
