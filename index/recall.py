@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import regex
 
 from index.history import HistoryItem, is_recovery_tool
+from index.jsonl import clean_text
 from index.model import ImageBlock, Message, TextBlock
 from index.navigator import NavigatorError, dumps
 
@@ -62,9 +63,22 @@ def find_original(items: Sequence[HistoryItem], *, tool_call_id: str | None = No
         )
     end = start + 1
     if items[start].kind == "user":
-        while end < len(items) and items[end].kind != "user":
+        # An exchange runs to the next request. A user message typed while the agent worked
+        # (steering) is part of it, as distillation counts it when it omits the exchange
+        # (specs/distill.md §8 "up to the next non-steering user message", §10 case 42).
+        while end < len(items) and not (items[end].kind == "user"
+                                        and not _steers(items[end - 1])):
             end += 1
     return _transcript(items[start:end])
+
+
+def _steers(before: HistoryItem) -> bool:
+    """A user item after this one was steering: the agent had called tools and not stopped
+    (paging.distill.conversation.is_steering, on history items)."""
+    message = before.message
+    return before.kind == "model_turn" and bool(message.tool_calls) and (
+        bool(before.tool_results) or not message.interrupted
+    )
 
 
 def _text_of(message: Message) -> str:
@@ -106,7 +120,9 @@ def recall_text(
     offset: int | None = None,
     limit: int | None = None,
 ) -> Recalled:
-    lines = text.split("\n")
+    # A ledger message from an in-process client may hold lone surrogates, which UTF-8 (the
+    # byte cap, the reply) cannot encode: they come back as U+FFFD, as from session files.
+    lines = clean_text(text).split("\n")
     numbered = list(enumerate(lines, 1))
     what = "lines"
     if pattern is not None:

@@ -288,4 +288,6 @@ def _toml(value: Any) -> str:
         return str(value)
     if value is None:
         return "(not set)"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)

@@ -5,17 +5,25 @@ Precedence, highest first: command-line flags, environment variables
 ``config.toml``, then the defaults of DESIGN.md. An invalid value falls back to the next source
 with one warning on stderr, as upstream does. Every resolved value remembers where it came from,
 for ``context-paging config``.
+
+``[distill]`` holds every :class:`~paging.distill.config.DistillConfig` field with its default,
+and each source is checked by DistillConfig's own rule for that key, so the ranges live in one
+place (specs/distill.md §1).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from paging.distill.config import DistillConfig, check_setting
 
 log = logging.getLogger("context_paging")
 
@@ -64,8 +72,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         "estimator": ("tiktoken", _choice("tiktoken", "chars4")),
     },
     "distill": {
-        "enabled": (True, _boolean),
-        "judge": ("local", _choice("local", "sampling")),
+        f.name: (f.default, partial(check_setting, f.name)) for f in fields(DistillConfig)
     },
     "sources": {
         "pi": ("~/.pi/agent/sessions", _directory),
@@ -97,11 +104,18 @@ class Settings:
 
 
 def _parse_env(raw: str) -> Any:
-    """Environment values are TOML scalars when they parse as one, else plain strings."""
+    """Environment and flag values are TOML values when they parse as one, else a JSON list or
+    table (``["bash", null]`` is JSON but not TOML), else plain strings."""
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        return raw
+        pass
+    if raw.lstrip().startswith(("[", "{")):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            pass
+    return raw
 
 
 def load_settings(
@@ -135,6 +149,10 @@ def load_settings(
             )
         for unknown in sorted(set(section_file) - set(keys)):
             warnings.append(f"config.toml: unknown setting [{section}] {unknown} was ignored")
+    for unknown in sorted(set(file_values) - set(SCHEMA)):
+        warnings.append(f"config.toml: unknown section [{unknown}] was ignored")
+    for unknown in sorted(set(overrides) - set(origins)):
+        warnings.append(f"flag --set {unknown}: unknown setting was ignored")
     for message in warnings:
         log.warning("%s", message)
     return Settings(home_path, values, origins, tuple(warnings))

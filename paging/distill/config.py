@@ -84,6 +84,16 @@ class DistillConfig:
         return cls(**values), warnings
 
 
+def check_setting(key: str, value: Any) -> Any:
+    """``value`` as :class:`DistillConfig` stores it under ``key``.
+
+    Raises ``ValueError`` with the rule the value broke (``KeyError`` for an unknown key). The
+    server's settings loader validates each ``[distill]`` source with this, so both places apply
+    the same rules.
+    """
+    return _CHECKS[key](value)
+
+
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("must be true or false")
@@ -113,9 +123,12 @@ def _judge(value: Any) -> str:
     return value
 
 
-def _model(value: Any) -> str:
+def _model(value: Any) -> str | None:
     # Upstream's check: a string whose first "/" is at index > 0 (before trimming), and a
-    # non-empty id after it; the trimmed string is stored.
+    # non-empty id after it; the trimmed string is stored. ``None`` is the default (no hint),
+    # so a resolved settings table that carries it passes without a warning.
+    if value is None:
+        return None
     if isinstance(value, str) and value.find("/") > 0:
         trimmed = value.strip()
         provider, _, model_id = trimmed.partition("/")
