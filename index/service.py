@@ -27,6 +27,7 @@ from index.recall import Recalled, find_original, recall_text
 from index.sessions import SessionFile, UnknownFormat
 from index.stats import Stats
 from index.store import SearchIndex, SyncResult, doc_for
+from paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")
 
@@ -74,6 +75,15 @@ class History:
         reply = self.context.select(session, messages, **kwargs)
         self.current_session = f"ledger:{check_session_id(session)}"
         return reply
+
+    def distill_plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
+                     ephemeral: Sequence[int] = ()) -> Plan | None:
+        """What ``select_context`` would judge for this request (nothing is stored)."""
+        return self.context.plan(session, messages, fmt, ephemeral)
+
+    @property
+    def distill_config(self) -> DistillConfig:
+        return self._context_settings.distill
 
     @property
     def store(self) -> SearchIndex:

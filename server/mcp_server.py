@@ -9,15 +9,17 @@ failures come back as tool errors whose text starts with an error code and names
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
+import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -34,6 +36,7 @@ from paging.distill import DistillConfig
 from paging.formats import FormatError
 from paging.limits import ContextSelectionError
 from server.config import Settings
+from server.sampling import Prompt, Sampler, SamplingJudge, can_sample, uses_input_required
 
 log = logging.getLogger("context_paging")
 T = TypeVar("T")
@@ -149,6 +152,36 @@ def _reply(model: BaseModel) -> CallToolResult:
 
 def _error(exc: Exception) -> CallToolResult:
     return CallToolResult(is_error=True, content=[TextContent(type="text", text=str(exc))])
+
+
+def _with_sampling_slots(fn: Callable[..., Any], slots: int, prompts_param: Any,
+                         slot: Callable[[int], Callable[..., Any]]) -> None:
+    """Give ``select_context`` its hidden sampling parameters (server/sampling.py): the prompt
+    list and ``slots`` answers, each filled by a ``Resolve`` dependency, never by the caller
+    (they are not in the tool's input schema). The function takes them as ``**samples``; its
+    signature names them so the SDK can see them."""
+    annotations = typing.get_type_hints(fn, include_extras=True)  # this module's strings
+    annotations.pop("samples", None)
+    signature = inspect.signature(fn)
+    params = [p.replace(annotation=annotations.get(p.name, p.annotation))
+              for p in signature.parameters.values()
+              if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    if slots:
+        annotations["sampling_prompts"] = prompts_param
+        params = [p.replace(annotation=prompts_param) if p.name == "sampling_prompts" else p
+                  for p in params]
+        for k in range(slots):
+            name = f"sample_{k}"
+            annotations[name] = Annotated[Any, Resolve(slot(k))]
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                            annotation=annotations[name]))
+    else:
+        params = [p for p in params if p.name != "sampling_prompts"]
+        annotations.pop("sampling_prompts", None)
+    returns = annotations.get("return", signature.return_annotation)
+    fn.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params, return_annotation=returns)
+    fn.__annotations__ = annotations
 
 
 def make_history(settings: Settings) -> History:
@@ -351,7 +384,51 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         summaries = await run(history.list_sessions, source, project, limit)
         return _reply(SessionsResult(sessions=summaries))
 
-    @tool("Select Context", HOST_TOOL)
+    sampler = Sampler(history.distill_config)
+
+    async def sampling_prompts(session: str, messages: list, format: str,
+                               ephemeral: list | None, ctx: Context) -> list[Prompt]:
+        """2026-era connections: the prompts this call's resolver slots ask (server/sampling)."""
+        if not (sampler.slots and uses_input_required(ctx) and can_sample(ctx)):
+            return []
+        try:
+            plan = await run(history.distill_plan, session, messages, format, ephemeral or (),
+                             recovery=False)
+        except Exception:  # the tool body reports a bad request with its proper error
+            return []
+        return sampler.prompts(plan)[: sampler.slots]
+
+    sampling_prompts.__annotations__ = {
+        "session": str, "messages": list, "format": str, "ephemeral": list | None,
+        "ctx": Context, "return": list}
+    prompts_param = Annotated[list, Resolve(sampling_prompts)]
+
+    def sampling_slot(k: int) -> Callable[..., Sample | None]:
+        def ask(prompts: list, ctx: Context) -> Sample | None:
+            if k >= len(prompts):
+                return None
+            return sampler.sample(prompts[k], fresh_round=ctx.request_state is None)
+
+        ask.__annotations__ = {"prompts": prompts_param, "ctx": Context, "return": Sample | None}
+        ask.__qualname__ = f"sampling_slot_{k}"
+        return ask
+
+    async def judge_for(ctx: Context, prompts: list[Prompt], samples: dict[str, Any],
+                        session: str, messages: list, fmt: str,
+                        ephemeral: list[int] | None) -> SamplingJudge | None:
+        """The sampling judge with this call's answers, or None (local) without sampling."""
+        if not sampler.slots or not can_sample(ctx):
+            return None
+        if uses_input_required(ctx):
+            results = {p.key: samples.get(f"sample_{k}") for k, p in enumerate(prompts)}
+            return SamplingJudge(sampler.in_time(list(results), results), sampler)
+        try:
+            plan = await run(history.distill_plan, session, messages, fmt, ephemeral or (),
+                             recovery=False)
+        except ToolFailure:
+            return None  # select_context reports it
+        return SamplingJudge(await sampler.ask(ctx, sampler.prompts(plan)), sampler)
+
     async def select_context(
         session: Annotated[str, Field(max_length=140, description="Ledger session id for this "
                                       "conversation (letters, digits, '.', '_', '-')")],
@@ -373,19 +450,28 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
                                              "response, for calibration")] = None,
         ephemeral: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
             description="Indexes of outgoing-only messages, never stored as history")] = None,
+        *,
+        ctx: Context,
+        sampling_prompts: list[Prompt] | None = None,
+        **samples: Any,
     ) -> Annotated[CallToolResult, SelectContextResult]:
         """Call before every model request with the whole conversation. Stores new messages in
         the session's ledger, then returns the window to send: the newest messages that fit the
         token budget, whole oldest turns replaced by a short notice once the budget is exceeded,
         with a stable cut point so prompt caches keep hitting. Errors start with their code."""
+        judge = await judge_for(ctx, sampling_prompts or [], samples, session, messages,
+                                format, ephemeral)
         reply = await run(
             history.select_context, session, messages, fmt=format, system=system, tools=tools,
             model=model, model_window=model_window, token_budget=token_budget,
             trim_to_tokens=trim_to_tokens,
             usage=usage.model_dump(exclude_none=True) if usage else None,
-            ephemeral=ephemeral or (), recovery=False,
+            ephemeral=ephemeral or (), judge=judge, recovery=False,
         )
         return _reply(SelectContextResult(**reply))
+
+    _with_sampling_slots(select_context, sampler.slots, prompts_param, sampling_slot)
+    tool("Select Context", HOST_TOOL)(select_context)
 
     @tool("Paging Stats")
     async def paging_stats(session: SessionArg = None) -> Annotated[CallToolResult, StatsResult]:

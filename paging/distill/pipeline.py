@@ -3,7 +3,8 @@
 :func:`distill` does all three with a synchronous judge (the local one by default). The server's
 sampling judge is asynchronous: it takes ``plan.segments``, asks the host's model per segment
 under its time budget, and calls :func:`decide_plan` with what came back. A segment missing
-from ``verdicts`` counts as ``timeout``; a judge that raises counts as ``error``; both keep.
+from ``verdicts``, or whose judge raises ``TimeoutError``, counts as ``timeout``; a judge that
+raises anything else counts as ``error``; both keep.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def judge_plan(plan: Plan, judge: Judge) -> dict[str, Verdict]:
     for segment in plan.segments:
         try:
             scores = judge.judge(plan.question, segment.chunks, segment.context)
+        except TimeoutError:  # no answer within the judge's time budget: keep, ask again later
+            verdicts[segment.key] = Verdict(None, judge.name, "timeout")
+            continue
         except Exception:  # a judge failure must never fail the request: keep
             verdicts[segment.key] = Verdict(None, judge.name, "error")
             continue

@@ -1,0 +1,210 @@
+"""The ``sampling`` judge over MCP (server/sampling.py): a scripted client plays the host's model.
+
+Both protocol eras: the default ``Client`` (2026-07-28, resolver slots answered through
+``input_required``) and ``mode="legacy"`` (the server sends ``sampling/createMessage`` itself).
+The script answers like a model would, from the prompt's text alone: it keeps the chunk that
+holds the line the agent's answer quotes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.types import CreateMessageResult, ErrorData, TextContent
+
+from server.config import load_settings
+from server.mcp_server import create_server
+from tests.test_distill_e2e import ANSWER, CALL_ID, select, tool_result_text
+
+pytestmark = pytest.mark.anyio
+NEEDED = "src/config/loader.py:42:def parse_config(path):"
+ERAS = ["auto", "legacy"]
+GREP = "\n".join([f"src/module_{i % 20}/file_{i}.py:{i + 10}:    value_{i} = compute_{i}(arg)"
+                  for i in range(80)] + [NEEDED] + [
+                  f"src/module_{i % 20}/file_{i}.py:{i + 10}:    value_{i} = compute_{i}(arg)"
+                  for i in range(80, 160)])  # one segment: one prompt per output
+
+
+def anthropic_runs(extra_runs: int) -> list[dict]:
+    """A grep and the answer that quotes one of its lines, then ``extra_runs`` short runs."""
+    out = [
+        {"role": "user", "content": "Where is parse_config defined?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": CALL_ID, "name": "grep", "input": {"pattern": "def "}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": CALL_ID,
+                                      "content": GREP}]},
+        {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]},
+    ]
+    for n in range(extra_runs):
+        out += [{"role": "user", "content": f"Request {n}: add a docstring to parse_config."},
+                {"role": "assistant", "content": [{"type": "text", "text": f"Done {n}."}]}]
+    return out + [{"role": "user", "content": "And now?"}]
+
+
+def reply(text: str) -> CreateMessageResult:
+    return CreateMessageResult(role="assistant", content=TextContent(type="text", text=text),
+                               model="scripted", stop_reason="endTurn")
+
+
+def chunk_with(prompt: str, needle: str) -> list[int]:
+    """The numbers of the prompt's chunks that contain ``needle``."""
+    parts = re.split(r"^\[chunk (\d+)\]\n", prompt, flags=re.MULTILINE)
+    return [int(n) for n, body in zip(parts[1::2], parts[2::2], strict=True) if needle in body]
+
+
+class Model:
+    """A scripted host model: records prompts, answers with the chunk that holds NEEDED."""
+
+    def __init__(self, answer=None, delay: float = 0.0):
+        self.prompts: list[str] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.answer = answer or (lambda prompt: json.dumps({"keep": chunk_with(prompt, NEEDED)}))
+        self.delay = delay
+
+    async def __call__(self, context, params):
+        prompt = params.messages[0].content.text
+        self.prompts.append(prompt)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await anyio.sleep(self.delay)
+            answer = self.answer(prompt)
+            return answer if isinstance(answer, ErrorData) else reply(answer)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    empty = tmp_path / "none"
+    (home / "config.toml").write_text(
+        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
+        '[paging]\nestimator = "chars4"\n'
+        '[distill]\njudge = "sampling"\n'
+    )
+    return home
+
+
+def configure(home, **values) -> None:
+    config = home / "config.toml"
+    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+    config.write_text(config.read_text() + extra)
+
+
+def client(server, model, era):
+    kwargs = {"sampling_callback": model} if model is not None else {}
+    return Client(server, mode=era, **kwargs) if era != "auto" else Client(server, **kwargs)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_hosts_model_picks_the_chunks_and_the_decision_sticks(home, era):
+    model = Model()
+    server = create_server(load_settings(home=home))
+    async with client(server, model, era) as c:
+        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        assert [(d["action"], d["judge"]) for d in first["distilled"]] == [("distill", "sampling")]
+        assert len(model.prompts) == 1
+        assert "Where is parse_config defined?" in model.prompts[0]
+        assert "parse_config is defined in src/config/loader.py" in model.prompts[0]
+        text = tool_result_text("anthropic", first["messages"])
+        assert NEEDED in text and len(text) < len(GREP) // 2
+        # Decided once: later calls ask nothing and send the same bytes.
+        later = await select(c, "s", "anthropic", anthropic_runs(1))
+        assert tool_result_text("anthropic", later["messages"]) == text
+        assert len(model.prompts) == 1
+    server.history.close()
+
+
+async def test_a_client_without_sampling_gets_the_local_judge(home):
+    server = create_server(load_settings(home=home))
+    async with Client(server) as c:
+        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        assert [d["judge"] for d in first["distilled"]] == ["local"]
+    server.history.close()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_unreadable_answer_keeps_the_output_and_a_later_call_asks_again(home, era):
+    answers = iter(["I think chunk three matters most.", None])
+    model = Model(answer=lambda p: next(answers) or json.dumps({"keep": chunk_with(p, NEEDED)}))
+    server = create_server(load_settings(home=home))
+    async with client(server, model, era) as c:
+        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        assert first["distilled"] == []
+        assert tool_result_text("anthropic", first["messages"]) == GREP
+        again = await select(c, "s", "anthropic", anthropic_runs(0))
+        assert [d["judge"] for d in again["distilled"]] == ["sampling"]
+        assert len(model.prompts) == 2
+    server.history.close()
+
+
+async def test_an_error_reply_on_a_2025_connection_keeps_the_output(home):
+    model = Model(answer=lambda p: ErrorData(code=-1, message="the user declined"))
+    server = create_server(load_settings(home=home))
+    async with client(server, model, "legacy") as c:
+        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        assert first["distilled"] == []
+        assert tool_result_text("anthropic", first["messages"]) == GREP
+    server.history.close()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_answer_after_the_time_budget_is_ignored(home, era):
+    configure(home, timeout_ms=500)
+    model = Model(delay=1.5)
+    server = create_server(load_settings(home=home))
+    async with client(server, model, era) as c:
+        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        assert first["distilled"] == []
+        assert tool_result_text("anthropic", first["messages"]) == GREP
+        assert len(model.prompts) == 1
+    server.history.close()
+    ledger = (home / "ledger" / "s.jsonl").read_text()
+    decisions = [json.loads(line)["decision"] for line in ledger.splitlines()
+                 if '"type": "decision"' in line]
+    assert [(d["action"], d["judged"], d["reason"]) for d in decisions] == [
+        ("keep", False, "timeout")]
+
+
+def many_greps(count: int) -> list[dict]:
+    """One run with ``count`` large grep outputs, an answer quoting NEEDED, a new request."""
+    calls = [{"type": "tool_use", "id": f"call_{n}", "name": "grep", "input": {"pattern": f"p{n}"}}
+             for n in range(count)]
+    results = [{"type": "tool_result", "tool_use_id": f"call_{n}", "content": GREP}
+               for n in range(count)]
+    return [{"role": "user", "content": "Where is parse_config defined?"},
+            {"role": "assistant", "content": calls},
+            {"role": "user", "content": results},
+            {"role": "assistant", "content": [{"type": "text", "text": f"`{NEEDED}`"}]},
+            {"role": "user", "content": "Thanks."}]
+
+
+async def test_a_2025_connection_has_at_most_concurrency_requests_in_flight(home):
+    configure(home, concurrency=2)
+    model = Model(delay=0.05)
+    server = create_server(load_settings(home=home))
+    async with client(server, model, "legacy") as c:
+        reply = await select(c, "s", "anthropic", many_greps(5))
+        assert len(model.prompts) == 5 and model.most_in_flight == 2
+        assert [d["judge"] for d in reply["distilled"]] == ["sampling"] * 5
+    server.history.close()
+
+
+async def test_a_2026_connection_asks_concurrency_prompts_per_call_and_the_rest_later(home):
+    configure(home, concurrency=2)
+    model = Model()
+    server = create_server(load_settings(home=home))
+    asked = []
+    async with client(server, model, "auto") as c:
+        for _ in range(3):
+            reply = await select(c, "s", "anthropic", many_greps(5))
+            asked.append(len(model.prompts))
+        assert asked == [2, 4, 5]
+        assert [d["judge"] for d in reply["distilled"]] == ["sampling"] * 5
+    server.history.close()
