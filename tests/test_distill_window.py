@@ -221,3 +221,40 @@ async def test_a_recent_screenshot_is_kept(home):
         assert reply["distilled"] == []
         assert SHOT in _text(reply["messages"])
     server.history.close()
+
+
+def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path):
+    """specs/distill.md §7 through select_context: a 70 KB build log from the run's first turn is
+    judged once it is 4 turns old and the batch (60k chars) pays off against re-reading the
+    context after it; the run has not ended, so there is no final answer yet."""
+    from index.context import ContextService, ContextSettings
+    from index.ledger import Ledger
+    from paging.distill import DistillConfig
+
+    log = "\n".join([f"copied static/img/asset_{i:04d}.png to dist/img (ok, {i * 7} bytes)"
+                     for i in range(1_200)] + ["ERROR: tokenizer fixture missing"])
+    service = ContextService(Ledger(tmp_path / "home"), ContextSettings(
+        token_budget=400_000, estimator="chars4", distill=DistillConfig()), None)
+    conversation = [_user("pi", "Speed up the tokenizer in src/tokenize.py."),
+                    _call("pi", "call_log", "bash", {"command": "make dist"}),
+                    _result("pi", "call_log", "bash", log)]
+    replies = []
+    for turn in range(24):
+        conversation += [_call("pi", f"call_{turn}", "read", {"path": f"src/part_{turn}.py"},
+                               text=f"Looking at part {turn}."),
+                         _result("pi", f"call_{turn}", "read", f"def part_{turn}(): pass")]
+        replies.append(service.select("midrun", conversation, fmt="pi"))
+    decided = [(n, d["tool_call_id"], d["action"]) for n, r in enumerate(replies)
+               for d in r["distilled"]]
+    assert decided, "no checkpoint fired"
+    first_turn = decided[0][0]
+    assert first_turn >= 3  # never before the log is 4 turns old
+    assert {call for _, call, _ in decided} == {"call_log"}
+    window = replies[-1]["messages"]
+    text = next(m["content"][0]["text"] for m in window if m.get("toolCallId") == "call_log")
+    assert "ERROR: tokenizer fixture missing" in text  # the failure line stays
+    assert len(text) < len(log) // 2
+    # The same bytes on every call after the checkpoint.
+    texts = {next(m["content"][0]["text"] for m in r["messages"]
+                  if m.get("toolCallId") == "call_log") for r in replies[first_turn:]}
+    assert texts == {text}
