@@ -48,11 +48,11 @@ class Result:
     judged_keep_chars: int = 0  # characters the judge kept, before the max keep ratio rule
 
     def badness(self) -> tuple[float, float]:
-        return (-_ratio(self.needed_kept, self.needed),
-                -_ratio(self.unneeded_removed, self.unneeded))
+        return (-ratio(self.needed_kept, self.needed),
+                -ratio(self.unneeded_removed, self.unneeded))
 
 
-def _ratio(a: int, b: int) -> float:
+def ratio(a: int, b: int) -> float:
     return a / b if b else 1.0
 
 
@@ -159,15 +159,15 @@ def _line(name: str, results: Sequence[Result], chunked: bool) -> str:
     nk = sum(r.needed_kept for r in results)
     u = sum(r.unneeded for r in results)
     ur = sum(r.unneeded_removed for r in results)
-    out = (f"  {name:<28} needed kept {nk:>3}/{n:<3} ({_ratio(nk, n):6.1%})   "
-           f"unneeded removed {ur:>3}/{u:<3} ({_ratio(ur, u):6.1%})")
+    out = (f"  {name:<28} needed kept {nk:>3}/{n:<3} ({ratio(nk, n):6.1%})   "
+           f"unneeded removed {ur:>3}/{u:<3} ({ratio(ur, u):6.1%})")
     if chunked:
         c = sum(r.chars for r in results)
         cr = sum(r.chars_removed for r in results)
-        out += f"   chars removed {cr:,}/{c:,} ({_ratio(cr, c):6.1%})"
+        out += f"   chars removed {cr:,}/{c:,} ({ratio(cr, c):6.1%})"
         if len(results) == 1:
             judged = results[0].judged_keep_chars
-            out += f"   [judge kept {_ratio(judged, c):.1%} before the ratio rule]"
+            out += f"   [judge kept {ratio(judged, c):.1%} before the ratio rule]"
     return out
 
 

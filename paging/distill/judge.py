@@ -5,14 +5,15 @@ a large output, or a batch of small outputs or of old exchanges (chunk ``i`` = i
 returns a score in [0, 1] per chunk index — P(still needed) — or None for "cannot judge", which
 keeps everything. The thresholds of the config apply to these scores.
 
-* :class:`LocalJudge` — offline and deterministic. Evidence from the final answer, the notes
-  and the user's next request (identifiers, paths, quoted lines) keeps a chunk at 1.0, even in
-  an out-of-date output; otherwise a superseded output scores 0. Evidence from the request,
-  the later tool calls and the earlier conversation keeps a chunk at 0.9; failure lines keep a
-  chunk at checkpoints. Then lexical overlap: a chunk that shares a content word with the work
-  is kept; only one that shares none scores low. In grep output a word found in most chunks
-  (the search pattern) is no evidence. With no words to compare at all it returns None. Any
-  doubt → keep.
+* :class:`LocalJudge` — offline and deterministic. Evidence (identifiers, paths, quoted lines)
+  from the final answer and the user's next request keeps a chunk at 1.0, even in an
+  out-of-date output; otherwise a superseded output scores 0. Evidence from the agent's notes
+  keeps a current chunk at 1.0 (at checkpoints the notes are the progress, and count as the
+  answer does); evidence from the request, the later tool calls and the earlier conversation
+  at 0.9; failure lines keep a chunk at checkpoints. Then word overlap with the work, counting
+  distinctive words only (see :class:`LocalJudge`): two shared words keep a chunk, one keeps
+  only a window of a read or a log, none scores low. With no words to compare at all it
+  returns None. Any doubt → keep.
 * The ``sampling`` judge lives in the server (it needs MCP). It sends
   :func:`prompt_for_segment` for each segment, reads the reply with :func:`parse_chunk_ids`
   (None on any doubt → keep) and turns the ids into scores with :func:`scores_from_ids`.
@@ -67,10 +68,6 @@ def _stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
             return word[: len(word) - len(suffix)] + repl
     return word
-
-
-def terms(text: str) -> set[str]:
-    return set(_terms(text))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -162,56 +159,137 @@ def _bounded(needle: str, text: str, before: str, after: str) -> bool:
     return re.search(rf"(?<!{before}){re.escape(needle)}(?!{after})", text) is not None
 
 
-_LOW = {"output": 0.0, "small": 0.1, "exchange": 0.05}
+# Word-overlap scores, against the config's thresholds (chunk keep 0.6, small keep 0.45,
+# exchange omit below 0.2): a word shared with the work is weak evidence, two are enough.
+_NONE = {"output": 0.0, "small": 0.1, "exchange": 0.05}  # no distinctive word shared
+_ONE = {"output": 0.5, "small": 0.4, "exchange": 0.1}  # one: below every threshold
+_ONE_IN_A_WINDOW = 0.65  # one, in a window of a read or a log: kept (see LocalJudge)
+COMMON_SHARE = 0.25  # in grep output, a word in more than this share of the chunks is common
+# The exchange text's own template words and tool names: every exchange "read"s something.
+_EXCHANGE_NOISE = frozenset(
+    _stem(w) for w in """user prompt final answer tool calls more bash shell read write edit
+    multiedit grep view glob search""".split()
+)
+_GREP_PREFIX = re.compile(r"^[^\s:][^:\n]*?(?::\d+:|-\d+-)", re.MULTILINE)
 
 
 class LocalJudge:
-    """Offline, deterministic relevance (see the module docstring)."""
+    """Offline, deterministic relevance (see the module docstring).
+
+    Word overlap counts only *distinctive* words: no stopwords; in grep output not the words
+    of the call itself (its pattern is on every line), not the ``path:line:`` prefixes (a file
+    counts through path evidence) and not a word found in more than a quarter of the chunks;
+    in an exchange not its template words or tool names. Two shared words keep a chunk, one
+    does not — except in a window of a read or a log, where one still keeps it: measured on
+    the session fixtures (bench/fixture_eval.py), the windows a later turn used share no more
+    words with the run than the others, so stricter overlap there only loses lines.
+    """
 
     name = "local"
 
     def judge(
         self, question: Question, chunks: Sequence[Chunk], context: JudgeContext
     ) -> dict[int, float] | None:
-        final_texts = [question.answer, question.notes, question.latest_note, question.follow_up]
-        if context.kind == "exchange":
-            final_texts.append(question.request)
-            work_texts: list[str] = []
-        else:
-            work_texts = [question.request, *context.later_calls,
-                          *(user for user, _ in question.history)]
-        final, work = Evidence.of(final_texts), Evidence.of(work_texts)
-        wanted = set().union(*(_terms(t) for t in final_texts + work_texts if t))
-        if not wanted and not final and not work:
+        work = _Work.of(question, context)
+        if not work.words and not work.final and not work.task:
             return None
-        present = [terms(c.text) & wanted for c in chunks]
-        if any(c.files for c in chunks) and len(chunks) >= 3:
-            common = {t for t in wanted if sum(t in p for p in present) > 0.6 * len(chunks)}
-            present = [p - common for p in present]
-        scores: dict[int, float] = {}
-        for position, chunk in enumerate(chunks):
-            scores[chunk.index] = self._score(chunk, position, present[position], final, work,
-                                              context)
-        return scores
+        shared = [_item_terms(c, k, context) & work.words for k, c in enumerate(chunks)]
+        grep = any(c.files for c in chunks)
+        if grep:
+            shared = _discriminating(shared, _terms(context.arguments) | _terms(context.tool))
+        one = _ONE_IN_A_WINDOW if context.kind == "output" and not grep else _ONE[context.kind]
+        return {chunk.index: self._score(chunk, k, shared[k], work, context, one)
+                for k, chunk in enumerate(chunks)}
 
     @staticmethod
-    def _score(chunk: Chunk, position: int, matched: set[str], final: Evidence,
-               work: Evidence, context: JudgeContext) -> float:
+    def _score(chunk: Chunk, position: int, matched: set[str], work: _Work,
+               context: JudgeContext, one: float) -> float:
         flat = " ".join(chunk.text.split())
         item = position if context.kind != "output" else 0
         superseded = item < len(context.superseded) and bool(context.superseded[item])
-        if final.found_in(chunk, flat):
+        if work.decisive.found_in(chunk, flat):
             return 1.0
         if superseded:
             return 0.0
-        if work.found_in(chunk, flat):
+        if work.final.found_in(chunk, flat):
+            return 1.0
+        if work.task.found_in(chunk, flat):
             return 0.9
         failed = item < len(context.failed) and context.failed[item]
         if (context.phase == "mid-run" or failed) and _FAILURE.search(chunk.text):
             return 0.8
-        if not matched:
-            return _LOW[context.kind]
-        return min(1.0, 0.55 + 0.1 * len(matched))
+        if len(matched) >= 2:
+            return min(1.0, 0.55 + 0.1 * len(matched))
+        return one if matched else _NONE[context.kind]
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """What one judge call weighs chunks against."""
+
+    decisive: Evidence  # keeps even an out-of-date chunk
+    final: Evidence  # the answer, notes and next request (checkpoints: the notes)
+    task: Evidence  # the request, later calls, earlier conversation
+    words: frozenset[str]  # for word overlap
+
+    @classmethod
+    def of(cls, question: Question, context: JudgeContext) -> _Work:
+        history = [user for user, _ in question.history]
+        final_texts = [question.answer, question.notes, question.latest_note, question.follow_up]
+        if context.kind == "exchange":
+            final_texts.append(question.request)
+            task_texts: list[str] = []
+        else:
+            task_texts = [question.request, *context.later_calls, *history]
+        final = Evidence.of(final_texts)
+        if context.phase == "mid-run":
+            words = final_texts + task_texts
+            return cls(final, final, Evidence.of(task_texts), _union_terms(words))
+        # Run end. An out-of-date output stays only for what the answer or the next request
+        # names; the notes and later calls tell what the run already did with it. The words
+        # that predict what is still needed are the answer's, the next request's and the
+        # task's (an exchange is judged against the current request, not its own history).
+        words = [question.answer, question.follow_up, question.request]
+        if context.kind != "exchange":
+            words += history
+        return cls(Evidence.of([question.answer, question.follow_up]), final,
+                   Evidence.of(task_texts), _union_terms(words))
+
+
+def _union_terms(texts: Iterable[str]) -> frozenset[str]:
+    return frozenset().union(*(_terms(t) for t in texts if t))
+
+
+def _item_terms(chunk: Chunk, position: int, context: JudgeContext) -> frozenset[str]:
+    """The words a chunk can share with the work: a grep chunk's without its ``path:line:``
+    prefixes; a small output's plus those of its call (``read src/csv/parse.js``); an
+    exchange's without its template words and tool names."""
+    if chunk.files:
+        return _grep_terms(chunk.text)
+    if context.kind == "small" and position < len(context.labels):
+        return _terms(chunk.text) | _terms(context.labels[position])
+    if context.kind == "exchange":
+        return _terms(chunk.text) - _EXCHANGE_NOISE
+    return _terms(chunk.text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _grep_terms(text: str) -> frozenset[str]:
+    return _terms(_GREP_PREFIX.sub("", text))
+
+
+def _discriminating(shared: list[frozenset[str]], own: frozenset[str]) -> list[frozenset[str]]:
+    """In one grep output, the words that can tell its chunks apart: not the call's own words
+    and, with three chunks or more, not a word in more than ``COMMON_SHARE`` of them."""
+    shared = [words - own for words in shared]
+    if len(shared) < 3:
+        return shared
+    counts: dict[str, int] = {}
+    for words in shared:
+        for word in words:
+            counts[word] = counts.get(word, 0) + 1
+    common = {w for w, n in counts.items() if n > COMMON_SHARE * len(shared)}
+    return [words - common for words in shared]
 
 
 def prompt_for_segment(question: Question, chunks: Sequence[Chunk], context: JudgeContext) -> str:
