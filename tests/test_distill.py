@@ -882,6 +882,23 @@ def test_local_judge_keeps_a_read_window_on_one_shared_word():
     assert all(scores[c.index] == 0.0 for c in chunks if c.index not in beta)
 
 
+def test_local_judge_does_not_count_a_logs_own_command_words_as_evidence():
+    # 20 seeded test runs: every window says "tests", and so does the request, but only
+    # because the command names the folder; the run's answer quotes the summary line.
+    text = lines(60, "tests/test_cart.py ....") + "\n500 passed in 3.20s"
+    chunks = chunk_output(text, ChunkOptions(120, 600, 600))
+    question = Question("Keep the tests fast", answer="`500 passed in 3.20s` on every seed.")
+    context = _context(labels=("bash `pytest -q tests/ --seed=3`",),
+                       arguments='{"command":"pytest -q tests/ --seed=3"}')
+    scores = LocalJudge().judge(question, chunks, context)
+    assert scores[chunks[-1].index] == 1.0
+    assert all(scores[c.index] == 0.0 for c in chunks[:-1])
+    # The same window read from a file keeps its one shared word.
+    read = _context(labels=("read tests/log.txt",), tool="read",
+                    arguments='{"path":"tests/log.txt"}')
+    assert LocalJudge().judge(question, chunks, read)[chunks[0].index] == 0.65
+
+
 def test_local_judge_omits_exchanges_sharing_only_tool_names_or_one_word():
     texts = ["user prompt: Fix the retry backoff in the payments client\nfinal answer: done\n"
              "tool calls: read src/pay.ts",

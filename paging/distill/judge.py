@@ -170,6 +170,7 @@ _EXCHANGE_NOISE = frozenset(
     _stem(w) for w in """user prompt final answer tool calls more bash shell read write edit
     multiedit grep view glob search""".split()
 )
+_COMMAND = re.compile(r'"(?:command|cmd)"\s*:')
 _GREP_PREFIX = re.compile(r"^[^\s:][^:\n]*?(?::\d+:|-\d+-)", re.MULTILINE)
 
 
@@ -179,6 +180,7 @@ class LocalJudge:
     Word overlap counts only *distinctive* words: no stopwords; in grep output not the words
     of the call itself (its pattern is on every line), not the ``path:line:`` prefixes (a file
     counts through path evidence) and not a word found in more than a quarter of the chunks;
+    in a command's output not the command's own words (``pytest tests/`` prints "tests");
     in an exchange not its template words or tool names. Two shared words keep a chunk, one
     does not — except in a window of a read or a log, where one still keeps it: measured on
     the session fixtures (bench/fixture_eval.py), the windows a later turn used share no more
@@ -195,8 +197,11 @@ class LocalJudge:
             return None
         shared = [_item_terms(c, k, context) & work.words for k, c in enumerate(chunks)]
         grep = any(c.files for c in chunks)
+        own = _terms(context.arguments) | _terms(context.tool)
         if grep:
-            shared = _discriminating(shared, _terms(context.arguments) | _terms(context.tool))
+            shared = _discriminating(shared, own)
+        elif context.kind == "output" and _COMMAND.search(context.arguments):
+            shared = [words - own for words in shared]  # a log: its command's words don't count
         one = _ONE_IN_A_WINDOW if context.kind == "output" and not grep else _ONE[context.kind]
         return {chunk.index: self._score(chunk, k, shared[k], work, context, one)
                 for k, chunk in enumerate(chunks)}
