@@ -3,7 +3,9 @@
 1. The sample Pi session (a developer chasing a flaky test; 65 entries, ~290 KB of tool output)
    is replayed request by request through ``select_context`` at a 12,000-token budget, the way a
    host would call it before every model request. Each request prints one row: the window's
-   size, how many messages left it, the mode and any fallback.
+   size, how many messages left it, how many tool outputs it carries distilled, the mode and
+   any fallback. Old test logs are distilled at mid-run checkpoints and at the run's end; the
+   newest one is shown as the model sees it.
 2. Then, as the model would, it searches the ledger for an error that left the window long ago
    (``ECONNREFUSED`` in line 612 of a 900-line CI log), loads that turn exactly, reads the raw
    output page by page, and recalls just the matching lines.
@@ -62,7 +64,7 @@ def replay(history: History, emit: Emit) -> None:
     emit(f"Replaying {len(messages)} messages of the sample session through select_context "
           f"(budget {BUDGET:,} tokens, cut target {BUDGET * 5 // 8:,}).\n")
     emit(f"{'request':>7}  {'sent/total msgs':>15}  {'window tokens':>13}  {'evicted':>7}  "
-          "mode           fallback")
+          f"{'shortened':>9}  mode           fallback")
     requests = [i for i, m in enumerate(messages) if m["role"] != "assistant"
                 and (i + 1 == len(messages) or messages[i + 1]["role"] == "assistant")]
     previous_notice = None
@@ -75,9 +77,22 @@ def replay(history: History, emit: Emit) -> None:
         previous_notice = reply["notice"] or previous_notice
         emit(f"{number:>7}  {len(reply['messages']):>7}/{len(outgoing):<7}  "
               f"{reply['estimated_tokens']:>13,.0f}  {reply['evicted_messages']:>7}  "
+              f"{len(reply['distilled']):>9}  "
               f"{reply['mode']:<14} {reply['fallback_reason'] or '-'}{marker}")
     emit("\nThe notice the model sees in place of the evicted turns:\n")
     emit(textwrap.indent(previous_notice or "(none)", "  "))
+    stats = history.stats(f"ledger:{SESSION}")
+    emit(f"\nDistillation (\"shortened\": outputs the window carries cut down or as a stub): "
+         f"{stats.distilled_outputs} output(s) distilled, {stats.omitted_exchanges} exchange(s) "
+         f"omitted, {stats.distilled_saved_tokens:,} tokens saved; each is one recall away.")
+    shown = reply["distilled"][-1] if reply["distilled"] else None
+    if shown is not None:
+        message = next(m for m in reply["messages"] if m.get("toolCallId") == shown["tool_call_id"])
+        text = message["content"][0]["text"]
+        emit(f"The newest one, as the model now sees it ({len(text):,} characters):\n")
+        lines = [line if len(line) <= 150 else line[:149] + "…" for line in text.splitlines()]
+        more = [f"… {len(lines) - 8} more lines"] if len(lines) > 8 else []
+        emit(textwrap.indent("\n".join(lines[:8] + more), "  "))
 
 
 def recover(history: History, ref: str, emit: Emit) -> int:

@@ -14,6 +14,11 @@ def test_the_demo_pages_the_sample_session_and_recovers_the_evicted_error(capsys
     assert "paged" in out and "protected_overflow" in out
     assert "Context paging notice" in out
     assert "612: 2026-11-19T23:41:07Z checkout  ERROR redis connect failed: ECONNREFUSED" in out
+    # The seeded test logs are distilled; the one shown keeps its summary line.
+    distilled = int(out.split("Distillation")[1].split(" output(s) distilled")[0].split()[-1])
+    assert distilled > 0
+    assert "[distilled] The output of bash `pytest -q tests/ --count=25" in out
+    assert "passed in" in out.split("as the model now sees it")[1]
 
 
 @pytest.fixture
