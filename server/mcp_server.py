@@ -421,13 +421,15 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
             return None
         if uses_input_required(ctx):
             results = {p.key: samples.get(f"sample_{k}") for k, p in enumerate(prompts)}
-            return SamplingJudge(sampler.in_time(list(results), results), sampler)
+            return SamplingJudge(sampler.in_time(list(results), results), results, sampler)
         try:
             plan = await run(history.distill_plan, session, messages, fmt, ephemeral or (),
                              recovery=False)
         except ToolFailure:
             return None  # select_context reports it
-        return SamplingJudge(await sampler.ask(ctx, sampler.prompts(plan)), sampler)
+        everything = sampler.prompts(plan)
+        return SamplingJudge(await sampler.ask(ctx, everything), {p.key for p in everything},
+                             sampler)
 
     async def select_context(
         session: Annotated[str, Field(max_length=140, description="Ledger session id for this "

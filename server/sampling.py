@@ -10,7 +10,8 @@ depends on the connection's protocol era (specs/mcp-sdk-v2.md A.5):
   ``concurrency`` hidden parameters filled by ``Resolve`` dependencies, each returning a
   ``Sample`` for one pending prompt (or nothing). The SDK batches them into one
   ``input_required`` round that the client answers (its library runs them concurrently), and the
-  tool body gets the answers. A pass with more segments than slots asks the rest on later calls.
+  tool body gets the answers. Segments beyond the slots are judged by the local judge in the
+  same call (recorded as ``local``), because the next call usually belongs to another run.
 * **2025-era connections** (hosts that ``initialize``) — the tool body sends the
   ``sampling/createMessage`` requests itself, at most ``concurrency`` at once, because the SDK
   would send resolver requests one after another, with no time limit, and fail the whole call
@@ -30,7 +31,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -50,9 +51,12 @@ from mcp_types.version import is_version_at_least
 from paging.distill import (
     Chunk,
     DistillConfig,
+    Judge,
     JudgeContext,
+    LocalJudge,
     Plan,
     Question,
+    Verdict,
     parse_chunk_ids,
     prompt_for_segment,
     scores_from_ids,
@@ -77,23 +81,43 @@ class Prompt:
 
 
 class SamplingJudge:
-    """A :class:`paging.distill.Judge` over answers the host's model already gave."""
+    """A :class:`paging.distill.Judge` over the answers the host's model gave in this call.
+
+    A segment whose prompt was asked gets the model's answer, or no answer (``timeout``: keep,
+    ask again on a later pass of the same run) when none came in time. A segment this call had
+    no slot for is judged by ``fallback`` (the local judge) and recorded under its name.
+    """
 
     name = "sampling"
 
-    def __init__(self, answers: Mapping[str, str], sampler: Sampler | None = None) -> None:
+    def __init__(self, answers: Mapping[str, str], asked: Collection[str],
+                 sampler: Sampler | None = None, fallback: Judge | None = None) -> None:
         self.answers = answers
+        self.asked = asked
         self.sampler = sampler
+        self.fallback = fallback or LocalJudge()
+
+    def verdict(self, question: Question, chunks: Sequence[Chunk],
+                context: JudgeContext) -> Verdict:
+        key = prompt_key(prompt_for_segment(question, chunks, context))
+        if key not in self.asked:
+            try:
+                scores = self.fallback.judge(question, chunks, context)
+            except Exception:
+                return Verdict(None, self.fallback.name, "error")
+            return Verdict(scores, self.fallback.name, "" if scores is not None else "no-answer")
+        if key not in self.answers:
+            return Verdict(None, self.name, "timeout")
+        ids = parse_chunk_ids(self.answers[key], allowed={c.index for c in chunks})
+        if ids is None:
+            if self.sampler is not None:
+                self.sampler.failed(key)
+            return Verdict(None, self.name, "no-answer")  # an unreadable reply: keep
+        return Verdict(scores_from_ids(ids, chunks), self.name)
 
     def judge(self, question: Question, chunks: Sequence[Chunk],
-              context: JudgeContext) -> dict[int, float] | None:
-        key = prompt_key(prompt_for_segment(question, chunks, context))
-        if key not in self.answers:
-            raise TimeoutError("the host's model did not answer within the time budget")
-        ids = parse_chunk_ids(self.answers[key], allowed={c.index for c in chunks})
-        if ids is None and self.sampler is not None:
-            self.sampler.failed(key)
-        return scores_from_ids(ids, chunks)  # None (keep) when the reply cannot be read
+              context: JudgeContext) -> Mapping[int, float] | None:
+        return self.verdict(question, chunks, context).scores
 
 
 class Sampler:

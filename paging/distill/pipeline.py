@@ -31,7 +31,11 @@ from paging.distill.plan import Plan, plan_pass
 def judge_plan(plan: Plan, judge: Judge) -> dict[str, Verdict]:
     """Ask ``judge`` about every segment of the plan; failures become no-answer verdicts."""
     verdicts: dict[str, Verdict] = {}
+    verdict_of = getattr(judge, "verdict", None)  # a judge that names who answered each segment
     for segment in plan.segments:
+        if verdict_of is not None:
+            verdicts[segment.key] = verdict_of(plan.question, segment.chunks, segment.context)
+            continue
         try:
             scores = judge.judge(plan.question, segment.chunks, segment.context)
         except TimeoutError:  # no answer within the judge's time budget: keep, ask again later
