@@ -60,7 +60,7 @@ import bisect
 import functools
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,7 @@ from paging.distill import (
     Decision,
     DistillConfig,
     LocalJudge,
+    Plan,
     decide_plan,
     is_grep_like,
     judge_plan,
@@ -330,18 +331,27 @@ def run_end_prefixes(entries: Sequence[Entry]) -> Iterator[tuple[int, int, list[
             yield start, end, [*entries, ("eval:end", {"role": "user", "content": ""})]
 
 
-def evaluate(entries: Sequence[Entry], session: str,
-             config: DistillConfig | None = None) -> list[Scored]:
-    """Every labelled output of every finished run of one session, after its run end."""
+Decide = Callable[[list[Entry], Plan | None], Mapping[str, Decision]]
+
+
+def local_decisions(prefix: list[Entry], plan: Plan | None) -> dict[str, Decision]:
+    """The local judge's decisions at one run end (what ``select_context`` would make)."""
+    if plan is None:
+        return {}
+    return {d.target: d for d in decide_plan(plan, judge_plan(plan, LocalJudge()))}
+
+
+def evaluate(entries: Sequence[Entry], session: str, config: DistillConfig | None = None,
+             decide: Decide = local_decisions) -> list[Scored]:
+    """Every labelled output of every finished run of one session, after its run end.
+    ``decide`` gives the decisions of one run end (by default the local judge's)."""
     config = config or DistillConfig()
     labels = label_session(entries)
     excluded = {t.lower() for t in config.exclude_tools}
-    judge = LocalJudge()
     out: list[Scored] = []
     for start, end, prefix in run_end_prefixes(entries):
         plan = plan_run_end(prefix, config)
-        decisions = {} if plan is None else {
-            d.target: d for d in decide_plan(plan, judge_plan(plan, judge))}
+        decisions = decide(prefix, plan)
         chunks = {} if plan is None else {o.item.call_id: o.chunks for o in plan.large}
         items = [] if plan is None else [*(o.item for o in plan.large), *plan.small]
         out_of_date = {item.call_id for item in items if item.superseded}
@@ -395,9 +405,9 @@ def _row(name: str, rows: Sequence[Scored], small: bool) -> str:
     return line
 
 
-def report(rows: Sequence[Scored], sessions: int, runs: int) -> str:
+def report(rows: Sequence[Scored], sessions: int, runs: int, judge: str = "LOCAL") -> str:
     out = [
-        "The LOCAL judge on labels mined from the session fixtures (bench/fixture_eval.py",
+        f"The {judge} judge on labels mined from the session fixtures (bench/fixture_eval.py",
         "docstring: a line is needed when a later turn reproduced a distinctive piece of it).",
         f"{sessions} sessions, {runs} finished runs judged at run end with the default "
         "DistillConfig; outputs >= 400 chars",
