@@ -62,8 +62,12 @@ _STOPWORDS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=65_536)
 def _stem(word: str) -> str:
+    """The word's lower-case stem, or "" for a stopword (cached: words repeat across chunks)."""
     word = word.lower()
+    if word in _STOPWORDS:
+        return ""
     for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
             return word[: len(word) - len(suffix)] + repl
@@ -74,7 +78,7 @@ def _stem(word: str) -> str:
 def _terms(text: str) -> frozenset[str]:
     # Cached per text: the same request, answer and later tool calls are read for every segment
     # of every output of a run, so a run end over hundreds of outputs reads each text once.
-    return frozenset(_stem(w) for w in _WORD.findall(text) if w.lower() not in _STOPWORDS)
+    return frozenset(_stem(w) for w in set(_WORD.findall(text))) - {""}
 
 
 _CAMEL = re.compile(r"[a-z][A-Z]")
@@ -141,22 +145,33 @@ class Evidence:
         text = chunk.text
         if any(q in text or " ".join(q.split()) in flat for q in self.quoted):
             return True
-        for path in self.paths:
-            names = {path}
-            base = path.rsplit("/", 1)[-1]
-            if len(base) >= 4:
-                names.add(base)
-            if any(_bounded(name, text, r"[\w.-]", r"[\w-]") for name in names):
+        if self.paths:
+            if _path_pattern(self.paths).search(text):
                 return True
-            if any(f == path or f.endswith("/" + path) for f in chunk.files):
+            if any(f == path or f.endswith("/" + path) for f in chunk.files
+                   for path in self.paths):
                 return True
-        return any(_bounded(i, text, r"[\w$]", r"[\w$]") for i in self.identifiers)
+        # An identifier counts as a whole token: the same as a bounded search for each one,
+        # but one pass over the chunk however many identifiers the work names.
+        return not self.identifiers.isdisjoint(_tokens(text))
 
 
-def _bounded(needle: str, text: str, before: str, after: str) -> bool:
-    if needle not in text:
-        return False
-    return re.search(rf"(?<!{before}){re.escape(needle)}(?!{after})", text) is not None
+_RUN = re.compile(r"[\w$]+")
+
+
+@functools.lru_cache(maxsize=256)
+def _path_pattern(paths: frozenset[str]) -> re.Pattern[str]:
+    """One search for every path and its basename (when ≥ 4 chars), each as a whole name: no
+    word char, ``.`` or ``-`` before it, no word char or ``-`` after it."""
+    names = set(paths) | {p.rsplit("/", 1)[-1] for p in paths
+                          if len(p.rsplit("/", 1)[-1]) >= 4}
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    return re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tokens(text: str) -> frozenset[str]:
+    return frozenset(_RUN.findall(text))
 
 
 # Word-overlap scores, against the config's thresholds (chunk keep 0.6, small keep 0.45,
