@@ -3,7 +3,10 @@
 Both protocol eras: the default ``Client`` (2026-07-28, resolver slots answered through
 ``input_required``) and ``mode="legacy"`` (the server sends ``sampling/createMessage`` itself).
 The script answers like a model would, from the prompt's text alone: it keeps the chunk that
-holds the line the agent's answer quotes."""
+holds the line the agent's answer quotes. Ports specs/distill.md §10 cases 27 (the time
+budget), 46 (batches, a failed batch keeps its items, the concurrency limit) and the part of 28
+that applies here (never more than ``concurrency`` requests in flight; a parent abort is the
+client cancelling the call, which the SDK handles)."""
 
 from __future__ import annotations
 
@@ -207,3 +210,46 @@ async def test_a_2026_connection_asks_concurrency_prompts_and_judges_the_rest_lo
         again = await select(c, "s", "anthropic", many_greps(5))
         assert len(model.prompts) == 2 and again["distilled"] == reply["distilled"]
     server.history.close()
+
+
+def small_outputs(count: int) -> list[dict]:
+    """One run with ``count`` small outputs (400–4,000 chars): only the first holds NEEDED."""
+    texts = [("\n".join(f"config line {n}.{k}: option_{n}_{k} = {k * n}" for k in range(30))
+              + ("\n" + NEEDED if n == 0 else "")) for n in range(count)]
+    calls = [{"type": "tool_use", "id": f"small_{n}", "name": "bash",
+              "input": {"command": f"cat conf/part_{n}.ini"}} for n in range(count)]
+    results = [{"type": "tool_result", "tool_use_id": f"small_{n}", "content": text}
+               for n, text in enumerate(texts)]
+    return [{"role": "user", "content": "Which option sets the parser?"},
+            {"role": "assistant", "content": calls},
+            {"role": "user", "content": results},
+            {"role": "assistant", "content": [{"type": "text", "text": f"`{NEEDED}`"}]},
+            {"role": "user", "content": "Thanks."}]
+
+
+def item_answer(prompt: str) -> str:
+    """Keep the items holding NEEDED; an unreadable reply for the batch holding part_2."""
+    if "conf/part_2.ini" in prompt:
+        return "Sorry, I cannot tell."
+    parts = re.split(r"^\[item (\d+)\][^\n]*\n", prompt, flags=re.MULTILINE)
+    return json.dumps({"keep": [int(n) for n, body in zip(parts[1::2], parts[2::2], strict=True)
+                                if NEEDED in body]})
+
+
+async def test_small_outputs_are_batched_and_a_failed_batch_keeps_only_its_items(home):
+    """specs/distill.md §10 case 46: 5 items, 2 per batch, concurrency 2, one batch fails."""
+    configure(home, concurrency=2, max_chunks_per_segment=2)
+    model = Model(answer=item_answer, delay=0.05)
+    server = create_server(load_settings(home=home))
+    async with client(server, model, "legacy") as c:
+        reply = await select(c, "s", "anthropic", small_outputs(5))
+        assert len(model.prompts) == 3 and model.most_in_flight == 2
+        removed = sorted(d["tool_call_id"] for d in reply["distilled"])
+        assert removed == ["small_1", "small_4"]  # small_2, small_3 failed; small_0 is needed
+    server.history.close()
+    ledger = (home / "ledger" / "s.jsonl").read_text()
+    decisions = {d["target"]: (d["action"], d["judged"], d["reason"]) for d in (
+        json.loads(line)["decision"] for line in ledger.splitlines()
+        if '"type": "decision"' in line)}
+    assert decisions["small_0"] == ("keep", True, "needed")
+    assert decisions["small_2"][:2] == decisions["small_3"][:2] == ("keep", False)
