@@ -427,11 +427,14 @@ class Distilled:
 
     def report(self) -> dict[str, Any]:
         d = self.decision
+        saved = {"saved_characters": d.saved_chars,
+                 "saved_tokens": d.saved_tokens if d.saved_tokens is not None
+                 else round(d.saved_chars / 4)}
         if d.action == "omit_exchange":
-            return {"history_id": d.target, "action": d.action, "judge": d.judge,
-                    "saved_characters": d.saved_chars, "recall": exchange_recall(d.target)}
-        return {"tool_call_id": d.target, "action": d.action, "judge": d.judge,
-                "saved_characters": d.saved_chars, "recall": output_recall(d.target)}
+            return {"history_id": d.target, "action": d.action, "judge": d.judge, **saved,
+                    "recall": exchange_recall(d.target)}
+        return {"tool_call_id": d.target, "action": d.action, "judge": d.judge, **saved,
+                "recall": output_recall(d.target)}
 
 
 def _newest_assistant(views: Views, ids: Sequence[str | None]) -> str | None:

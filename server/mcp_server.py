@@ -128,7 +128,11 @@ class SelectContextResult(BaseModel):
     frontier: dict[str, Any] | None
     fallback_reason: str | None
     notice: str | None
-    distilled: list[dict[str, Any]]
+    distilled: list[dict[str, Any]] = Field(description=(
+        "What this window carries shortened or left out, one entry each: tool_call_id (an "
+        "output) or history_id (an omitted exchange), action (distill, remove, drop_image, "
+        "omit_exchange), judge, saved_characters, saved_tokens, and recall: the exact call "
+        "that returns the original"))
 
 
 class StatsResult(Stats):
