@@ -41,6 +41,17 @@ elsewhere: read "needed" as "a later turn reproduced part of it". Superseded out
 their needed lines by design (specs/distill.md §7: a newer version exists), so 100 % is not
 reachable for reads of files edited later.
 
+**Exchanges.** Each run end's pass also judges the old exchanges before the run (a request
+and everything done for it, not among the last two). An exchange counts as *needed* when the
+run that the new request starts — the request itself, its assistant texts and call arguments —
+reproduces a piece the exchange brought into the session: identifier-like pieces only (a
+path, a name; no phrases), first seen inside the exchange, and rare (said in at most
+``MAX_MESSAGES_PER_PIECE`` messages of the whole session, so a workspace root or the project's
+name does not count). Each (exchange, run end) pair is one row: the judge's call is
+"unrelated" when it would omit the exchange (before the break-even gate), and the window's
+outcome is what happens after the gate. Uses further in the future are counted separately:
+an omission there is what ``recall`` is for.
+
 **Kinds**: *grep* (the chunker's ``is_grep_like`` output, or a grep/rg call), *read* (a read or
 view tool, or a shell ``cat``/``sed -n``/``head``/``tail``/``nl`` of a file), *test/build log*
 (a shell command that runs tests, builds or linters, or an output with PASS/FAIL lines or a
@@ -83,6 +94,7 @@ from paging.distill.conversation import Entry, role, run_starts, text_of, tool_c
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
 MAX_LINES_PER_PIECE = 3
+MAX_MESSAGES_PER_PIECE = 6
 KINDS = ("grep", "read", "test/build log", "other shell", "other")
 _STOP = {"tool_use": "toolUse", "stop": "stop", "length": "length", "aborted": "aborted",
          "error": "error"}
@@ -229,6 +241,43 @@ def label_session(entries: Sequence[Entry]) -> dict[str, frozenset[int]]:
     return labels
 
 
+class ExchangeLabels:
+    """Which old exchanges the work after a run end used (module docstring, "Exchanges")."""
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        self.messages = [m for _, m in entries]
+        self.first: dict[str, int] = {}  # piece -> first message of any kind holding it
+        self.said: dict[str, list[int]] = {}  # piece -> user/assistant messages holding it
+        self.pieces: list[set[str]] = []
+        for i, message in enumerate(self.messages):
+            kind = role(message)
+            text = use_text(message) if kind == "assistant" else text_of(message)
+            pieces = text_pieces(text)
+            self.pieces.append(pieces)
+            for piece in pieces:
+                self.first.setdefault(piece, i)
+                if kind in ("assistant", "user"):
+                    self.said.setdefault(piece, []).append(i)
+
+    def used(self, start: int, end: int, after: int, until: int | None = None) -> bool:
+        """Did a request or assistant message in ``[after, until)`` reproduce a piece that the
+        exchange ``[start, end)`` brought into the session? Only identifier-like pieces count
+        (a path, a name, not a phrase), and only rare ones: said in at most
+        ``MAX_MESSAGES_PER_PIECE`` messages of the whole session (a workspace root or a
+        project name recurs everywhere and says nothing about one exchange)."""
+        for i in range(start, end):
+            for piece in self.pieces[i]:
+                if self.first[piece] < start:
+                    continue  # known before the exchange: no evidence it was needed
+                if " " in piece or len(self.said.get(piece, ())) > MAX_MESSAGES_PER_PIECE:
+                    continue
+                later = self.said.get(piece, ())
+                k = bisect.bisect_left(later, after)
+                if k < len(later) and (until is None or later[k] < until):
+                    return True
+        return False
+
+
 def _run_of(starts: Sequence[int], index: int, end: int) -> range:
     k = bisect.bisect_right(starts, index) - 1
     if k < 0:
@@ -316,6 +365,20 @@ class Scored:
     lines: tuple[str, ...] = field(repr=False)
 
 
+@dataclass(frozen=True)
+class ExchangeScored:
+    """One old exchange as a run-end pass judged it."""
+
+    session: str
+    prompt: str
+    needed: bool  # the run the new request started used it
+    used_later: bool  # any later request or assistant message used it
+    judged_unrelated: bool  # the judge's call (before the break-even gate)
+    omitted: bool  # what the window does after the gate
+    chars: int
+    removed_chars: int
+
+
 def run_end_prefixes(entries: Sequence[Entry]) -> Iterator[tuple[int, int, list[Entry]]]:
     """(run start, run end, the entries a run-end pass sees) for every run that finished."""
     messages = [m for _, m in entries]
@@ -342,16 +405,21 @@ def local_decisions(prefix: list[Entry], plan: Plan | None) -> dict[str, Decisio
 
 
 def evaluate(entries: Sequence[Entry], session: str, config: DistillConfig | None = None,
-             decide: Decide = local_decisions) -> list[Scored]:
+             decide: Decide = local_decisions,
+             exchanges: list[ExchangeScored] | None = None) -> list[Scored]:
     """Every labelled output of every finished run of one session, after its run end.
-    ``decide`` gives the decisions of one run end (by default the local judge's)."""
+    ``decide`` gives the decisions of one run end (by default the local judge's); the old
+    exchanges each run end judged are added to ``exchanges`` when it is given."""
     config = config or DistillConfig()
     labels = label_session(entries)
+    exchange_labels = ExchangeLabels(entries) if exchanges is not None else None
     excluded = {t.lower() for t in config.exclude_tools}
     out: list[Scored] = []
     for start, end, prefix in run_end_prefixes(entries):
         plan = plan_run_end(prefix, config)
         decisions = decide(prefix, plan)
+        if exchange_labels is not None and exchanges is not None and plan is not None:
+            exchanges += _exchanges(session, plan, decisions, exchange_labels, end)
         chunks = {} if plan is None else {o.item.call_id: o.chunks for o in plan.large}
         items = [] if plan is None else [*(o.item for o in plan.large), *plan.small]
         out_of_date = {item.call_id for item in items if item.superseded}
@@ -374,6 +442,48 @@ def evaluate(entries: Sequence[Entry], session: str, config: DistillConfig | Non
                 needed, _still_shown(needed, decision, chunks.get(call_id, ())),
                 tuple(text.split("\n"))))
     return out
+
+
+def _exchanges(session: str, plan: Plan, decisions: Mapping[str, Decision],
+               labels: ExchangeLabels, request: int) -> list[ExchangeScored]:
+    starts = run_starts(labels.messages)
+    k = bisect.bisect_right(starts, request)
+    next_run_end = starts[k] if k < len(starts) else len(labels.messages)
+    out = []
+    for item in plan.exchanges:
+        decision = decisions.get(item.history_id)
+        if decision is None:
+            continue
+        out.append(ExchangeScored(
+            session, item.prompt[:60],
+            labels.used(item.index, item.end, request, next_run_end),
+            labels.used(item.index, item.end, request),
+            decision.reason in ("unrelated", "deferred"), decision.action == "omit_exchange",
+            item.chars, decision.saved_chars))
+    return out
+
+
+def exchange_report(rows: Sequence[ExchangeScored]) -> str:
+    needed = [r for r in rows if r.needed]
+    spare = [r for r in rows if not r.needed]
+    kept = sum(1 for r in needed if not r.judged_unrelated)
+    lost = sum(1 for r in needed if r.omitted)
+    later = sum(1 for r in rows if r.omitted and r.used_later)
+    return "\n".join([
+        "", "[old exchanges, judged at each run end (one row per exchange and run end)]",
+        f"  judged {len(rows)}; needed by the run the new request started {len(needed)}",
+        f"  needed judged related           {kept:>5}/{len(needed):<5} "
+        f"({ratio(kept, len(needed)):6.1%})   omitted after the gate {lost}",
+        f"  unneeded judged unrelated       "
+        f"{sum(1 for r in spare if r.judged_unrelated):>5}/{len(spare):<5} "
+        f"({ratio(sum(1 for r in spare if r.judged_unrelated), len(spare)):6.1%})   "
+        f"omitted after the gate {sum(1 for r in spare if r.omitted)}",
+        f"  characters left out             {sum(r.removed_chars for r in rows):>9,}/"
+        f"{sum(r.chars for r in rows):<10,} "
+        f"({ratio(sum(r.removed_chars for r in rows), sum(r.chars for r in rows)):6.1%})",
+        f"  omitted, and used again in some later run (recall's job): {later} of "
+        f"{sum(1 for r in rows if r.omitted)}",
+    ])
 
 
 def _still_shown(lines: frozenset[int], decision: Decision | None,
@@ -451,13 +561,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--losses", action="store_true", help="list every needed line lost")
     args = parser.parse_args(argv)
     rows: list[Scored] = []
+    exchanges: list[ExchangeScored] = []
     paths = sorted(args.fixtures.rglob("*.jsonl"))
     runs = 0
     for path in paths:
         entries = session_entries(path)
         runs += sum(1 for _ in run_end_prefixes(entries))
-        rows += evaluate(entries, path.name)
+        rows += evaluate(entries, path.name, exchanges=exchanges)
     print(report(rows, len(paths), runs))
+    print(exchange_report(exchanges))
     if args.losses:
         print("\n" + losses(rows))
 

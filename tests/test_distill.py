@@ -899,7 +899,7 @@ def test_local_judge_does_not_count_a_logs_own_command_words_as_evidence():
     assert LocalJudge().judge(question, chunks, read)[chunks[0].index] == 0.65
 
 
-def test_local_judge_omits_exchanges_sharing_only_tool_names_or_one_word():
+def test_local_judge_omits_exchanges_sharing_only_tool_names_and_keeps_one_word():
     texts = ["user prompt: Fix the retry backoff in the payments client\nfinal answer: done\n"
              "tool calls: read src/pay.ts",
              "user prompt: Update the README badge\nfinal answer: done\ntool calls: read README.md",
@@ -909,8 +909,9 @@ def test_local_judge_omits_exchanges_sharing_only_tool_names_or_one_word():
     question = Question("Add retry with backoff to the orders client and a test.",
                         latest_note="Reading the orders client.")
     scores = LocalJudge().judge(question, chunks, JudgeContext("exchange", "mid-run", ("x",) * 3))
-    # retry + backoff + client: kept; "read" is a tool name: nothing; "test" alone: omitted.
-    assert {i: round(s, 2) for i, s in scores.items()} == {0: 0.85, 1: 0.05, 2: 0.1}
+    # retry + backoff + client: kept; "read" is a tool name: nothing, omitted; "test" alone:
+    # unsure, so kept (omission needs P < 0.2; measured on the fixtures, bench/fixture_eval.py).
+    assert {i: round(s, 2) for i, s in scores.items()} == {0: 0.85, 1: 0.05, 2: 0.2}
 
 
 def test_local_judge_small_outputs_need_two_words_and_count_their_call():

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from bench.fixture_eval import evaluate, label_session, output_kind, session_entries
+from bench.fixture_eval import (
+    ExchangeLabels,
+    evaluate,
+    label_session,
+    output_kind,
+    session_entries,
+)
 from tests.conftest import fixture
 from tests.test_distill import assistant, result, user
 
@@ -69,3 +75,24 @@ def test_the_local_judge_keeps_every_needed_line_of_a_real_session_and_removes_s
     assert needed > 0
     assert sum(len(r.kept) for r in rows) == needed
     assert sum(r.removed_chars for r in rows) > 0
+
+
+def test_an_old_exchange_is_needed_when_the_next_run_names_what_it_brought_in():
+    entries = [
+        user("Where is the retry policy defined?", "u0"),
+        assistant("", "a0", [("c0", "read", {"path": "src/net.py"})]),
+        result("c0", "read", NET + FILLER, "r0"),
+        assistant("It is RetryPolicy in src/net.py.", "a1"),
+        user("Update the README badge.", "u1"),
+        assistant("Done.", "a2"),
+        user("Raise max_attempts in RetryPolicy.", "u2"),  # the next run names it
+        assistant("Raised.", "a3"),
+        user("Thanks.", "u3"),
+        assistant("You're welcome; RetryPolicy is in src/net.py.", "a4"),
+    ]
+    labels = ExchangeLabels(entries)
+    assert labels.used(0, 4, after=6, until=8)  # the request of the run starting at u2
+    assert not labels.used(4, 6, after=6, until=8)  # the README exchange brought in nothing
+    assert labels.used(0, 4, after=8, until=10)  # and again by the last run
+    # A piece known before the exchange is no evidence: the README exchange, seen from u3.
+    assert not labels.used(4, 6, after=8)
