@@ -210,7 +210,8 @@ class ContextService:
         if not self.settings.enabled:
             return _disabled(messages)
 
-        distilled = self._distill(ledger, views, ids, skip, judge or LocalJudge())
+        distilled = self._distill(ledger, views, ids, skip, judge or LocalJudge(),
+                                  provider_of(model))
         dropped = {i for i, d in distilled.items() if d.message is None}
         estimates = self._view_estimates(views, fps, distilled)
         system_text = _system_text(system, [messages[i] for i in views.resident])
@@ -291,7 +292,7 @@ class ContextService:
                            for i in positions]
 
     def plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
-             ephemeral: Sequence[int] = ()) -> Plan | None:
+             ephemeral: Sequence[int] = (), model: str | None = None) -> Plan | None:
         """What this request's distillation pass would judge, without storing anything: the
         sampling judge asks the host's model about ``plan.segments`` before the call runs."""
         config = self.settings.distill
@@ -302,10 +303,11 @@ class ContextService:
         skip = set(ephemeral) | set(views.resident)
         ids = chain_ids([None if i in skip else fingerprint(m) for i, m in enumerate(messages)])
         _, entries = self.entries(views, ids, skip)
-        return plan_pass(entries, config, self.ledger.session(session).decisions)
+        return plan_pass(entries, config, self.ledger.session(session).decisions,
+                         provider=provider_of(model))
 
     def _distill(self, ledger: LedgerSession, views: Views, ids: Sequence[str | None],
-                 outgoing: set[int], judge: Judge) -> dict[int, Distilled]:
+                 outgoing: set[int], judge: Judge, provider: str | None) -> dict[int, Distilled]:
         """This call's distillation: view index -> the view as sent (None: left out of the
         window, part of an omitted exchange) and the decision behind it."""
         config = self.settings.distill
@@ -313,7 +315,7 @@ class ContextService:
             return {}
         positions, entries = self.entries(views, ids, outgoing)
         try:
-            new = distill(entries, config, ledger.decisions, judge=judge)
+            new = distill(entries, config, ledger.decisions, judge=judge, provider=provider)
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
@@ -435,6 +437,14 @@ class Distilled:
                     "recall": exchange_recall(d.target)}
         return {"tool_call_id": d.target, "action": d.action, "judge": d.judge, **saved,
                 "recall": output_recall(d.target)}
+
+
+def provider_of(model: str | None) -> str | None:
+    """The provider part of a ``provider/id`` model name (``openai-codex/gpt-5`` →
+    ``openai-codex``), which sets the cost model of distillation's break-even rule."""
+    if model and "/" in model.strip("/"):
+        return model.split("/", 1)[0] or None
+    return None
 
 
 def _newest_assistant(views: Views, ids: Sequence[str | None]) -> str | None:

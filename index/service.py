@@ -77,9 +77,9 @@ class History:
         return reply
 
     def distill_plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
-                     ephemeral: Sequence[int] = ()) -> Plan | None:
+                     ephemeral: Sequence[int] = (), model: str | None = None) -> Plan | None:
         """What ``select_context`` would judge for this request (nothing is stored)."""
-        return self.context.plan(session, messages, fmt, ephemeral)
+        return self.context.plan(session, messages, fmt, ephemeral, model)
 
     @property
     def distill_config(self) -> DistillConfig:

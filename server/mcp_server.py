@@ -391,20 +391,21 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
     sampler = Sampler(history.distill_config)
 
     async def sampling_prompts(session: str, messages: list, format: str,
-                               ephemeral: list | None, ctx: Context) -> list[Prompt]:
+                               ephemeral: list | None, model: str | None,
+                               ctx: Context) -> list[Prompt]:
         """2026-era connections: the prompts this call's resolver slots ask (server/sampling)."""
         if not (sampler.slots and uses_input_required(ctx) and can_sample(ctx)):
             return []
         try:
             plan = await run(history.distill_plan, session, messages, format, ephemeral or (),
-                             recovery=False)
+                             model, recovery=False)
         except Exception:  # the tool body reports a bad request with its proper error
             return []
         return sampler.prompts(plan)[: sampler.slots]
 
     sampling_prompts.__annotations__ = {
         "session": str, "messages": list, "format": str, "ephemeral": list | None,
-        "ctx": Context, "return": list}
+        "model": str | None, "ctx": Context, "return": list}
     prompts_param = Annotated[list, Resolve(sampling_prompts)]
 
     def sampling_slot(k: int) -> Callable[..., Sample | None]:
@@ -419,7 +420,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
 
     async def judge_for(ctx: Context, prompts: list[Prompt], samples: dict[str, Any],
                         session: str, messages: list, fmt: str,
-                        ephemeral: list[int] | None) -> SamplingJudge | None:
+                        ephemeral: list[int] | None, model: str | None) -> SamplingJudge | None:
         """The sampling judge with this call's answers, or None (local) without sampling."""
         if not sampler.slots or not can_sample(ctx):
             return None
@@ -428,7 +429,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
             return SamplingJudge(sampler.in_time(list(results), results), results, sampler)
         try:
             plan = await run(history.distill_plan, session, messages, fmt, ephemeral or (),
-                             recovery=False)
+                             model, recovery=False)
         except ToolFailure:
             return None  # select_context reports it
         everything = sampler.prompts(plan)
@@ -466,7 +467,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         token budget, whole oldest turns replaced by a short notice once the budget is exceeded,
         with a stable cut point so prompt caches keep hitting. Errors start with their code."""
         judge = await judge_for(ctx, sampling_prompts or [], samples, session, messages,
-                                format, ephemeral)
+                                format, ephemeral, model)
         reply = await run(
             history.select_context, session, messages, fmt=format, system=system, tools=tools,
             model=model, model_window=model_window, token_budget=token_budget,

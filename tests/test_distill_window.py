@@ -223,6 +223,34 @@ async def test_a_recent_screenshot_is_kept(home):
     server.history.close()
 
 
+def _build_log_run(turns: int) -> list[dict]:
+    log = "\n".join([f"copied static/img/asset_{i:04d}.png to dist/img (ok, {i * 7} bytes)"
+                     for i in range(1_200)] + ["ERROR: tokenizer fixture missing"])
+    conversation = [_user("pi", "Speed up the tokenizer in src/tokenize.py."),
+                    _call("pi", "call_log", "bash", {"command": "make dist"}),
+                    _result("pi", "call_log", "bash", log)]
+    for turn in range(turns):
+        conversation += [_call("pi", f"call_{turn}", "read", {"path": f"src/part_{turn}.py"},
+                               text=f"Looking at part {turn}."),
+                         _result("pi", f"call_{turn}", "read", f"def part_{turn}(): pass")]
+    return conversation
+
+
+@pytest.mark.parametrize(("model", "fires"), [("anthropic/claude", True),
+                                              ("openai-codex/gpt-5", False)])
+def test_the_model_names_the_provider_whose_checkpoint_batch_size_applies(tmp_path, model,
+                                                                           fires):
+    from index.context import ContextService, ContextSettings
+    from index.ledger import Ledger
+    from paging.distill import DistillConfig
+
+    config = DistillConfig(mid_run_batch_chars_openai=10_000_000)
+    service = ContextService(Ledger(tmp_path / "home"), ContextSettings(
+        token_budget=400_000, estimator="chars4", distill=config), None)
+    reply = service.select("provider", _build_log_run(24), fmt="pi", model=model)
+    assert bool(reply["distilled"]) is fires
+
+
 def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path):
     """specs/distill.md §7 through select_context: a 70 KB build log from the run's first turn is
     judged once it is 4 turns old and the batch (60k chars) pays off against re-reading the
