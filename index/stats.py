@@ -96,7 +96,7 @@ def render(stats: Stats) -> str:
         lines += ["", "DISTILLATION",
                   _row("Outputs distilled", _grouped(stats.distilled_outputs)),
                   _row("Exchanges omitted", _grouped(stats.omitted_exchanges)),
-                  _row("Outputs without images", _grouped(stats.dropped_images)),
+                  _row("Images dropped", _grouped(stats.dropped_images)),
                   _row("Characters saved", _grouped(stats.distilled_saved_characters)),
                   _row("Tokens saved", _grouped(stats.distilled_saved_tokens)),
                   _row("Decisions by judge", judges or "none")]

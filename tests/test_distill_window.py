@@ -169,9 +169,11 @@ async def test_an_unrelated_old_exchange_leaves_the_window_as_one_stub(home, fmt
         assert "The payments image built" in value["text"]
         assert "Step 0" not in value["text"]  # the next request is not part of it
 
-        _, _, stats = await call(client, "paging_stats", {"session": f"ledger:{session}"})
+        _, text, stats = await call(client, "paging_stats", {"session": f"ledger:{session}"})
         assert stats["omitted_exchanges"] == 1
         assert stats["distilled_saved_tokens"] > 0
+        assert stats["distill_judges"] == {"local": 1}
+        assert "Exchanges omitted    1" in text
     server.history.close()
 
 
