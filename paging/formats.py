@@ -178,13 +178,30 @@ def _pi_block(block: Any) -> dict[str, Any]:
     return {"type": "text", "text": json.dumps(block, ensure_ascii=False, separators=(",", ":"))}
 
 
+_PRIVATE_KINDS = frozenset({"thinking", "redacted_thinking", "reasoning"})
+_PRIVATE_KEYS = frozenset({"thinking", "signature", "encrypted_content", "reasoning"})
+
+
+def is_private_part(block: Any) -> bool:
+    """A content part with a model's private reasoning in any host's dialect (e.g. Mistral's
+    ``thinking`` parts in OpenAI-style content): a thinking view here, so it is counted but
+    never read as text, and a hidden block in stored history (never indexed or returned)."""
+    return isinstance(block, dict) and (block.get("type") in _PRIVATE_KINDS
+                                        or not _PRIVATE_KEYS.isdisjoint(block))
+
+
+def _private(block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "thinking",
+            "thinking": json.dumps(block, ensure_ascii=False, separators=(",", ":"))}
+
+
 def _openai_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:
     role = message.get("role")
     content = message.get("content")
     if isinstance(content, str) or content is None:
         blocks = [{"type": "text", "text": content}] if content else []
     elif isinstance(content, list):
-        blocks = [_pi_block(b) for b in content]
+        blocks = [_private(b) if is_private_part(b) else _pi_block(b) for b in content]
     else:
         raise FormatError(f"message {index} content must be a string, a list or null")
     if role in ("system", "developer"):

@@ -253,3 +253,39 @@ async def test_small_outputs_are_batched_and_a_failed_batch_keeps_only_its_items
         if '"type": "decision"' in line)}
     assert decisions["small_0"] == ("keep", True, "needed")
     assert decisions["small_2"][:2] == decisions["small_3"][:2] == ("keep", False)
+
+
+async def test_thinking_parts_of_openai_style_messages_reach_no_prompt_and_no_tool(home):
+    """Some hosts (Mistral) put ``{"type": "thinking"}`` parts into OpenAI-style assistant
+    content: the sampling prompts and the recovery tools must treat them as private."""
+    secret = "PRIVATE-REASONING-7f3a"
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": secret}]}
+    conversation = [
+        {"role": "user", "content": "Where is parse_config defined?"},
+        {"role": "assistant", "content": [thinking], "tool_calls": [
+            {"id": CALL_ID, "type": "function",
+             "function": {"name": "grep", "arguments": json.dumps({"pattern": "def "})}}]},
+        {"role": "tool", "tool_call_id": CALL_ID, "content": GREP},
+        {"role": "assistant", "content": [thinking, {"type": "text", "text": ANSWER}]},
+        {"role": "user", "content": "And now?"},
+    ]
+    model = Model()
+    server = create_server(load_settings(home=home))
+    async with client(server, model, "auto") as c:
+        reply = await select(c, "private", "openai", conversation)
+        assert [d["judge"] for d in reply["distilled"]] == ["sampling"]
+        assert model.prompts and all(secret not in p for p in model.prompts)
+        texts = []
+        found = await c.call_tool("search_history", {"query": "", "session": "ledger:private",
+                                                     "limit": 10, "load": True})
+        texts.append(json.dumps(found.structured_content))
+        ids = [r["history_id"] for r in found.structured_content["references"]]
+        for history_id in ids:
+            recalled = await c.call_tool("recall", {"history_id": history_id,
+                                                    "session": "ledger:private"})
+            texts.append(recalled.content[0].text)
+        hits = await c.call_tool("search_history", {"query": secret,
+                                                    "session": "ledger:private"})
+        assert hits.structured_content["references"] == []
+        assert all(secret not in t for t in texts)
+    server.history.close()

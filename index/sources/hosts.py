@@ -13,6 +13,7 @@ from typing import Any
 
 from index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from index.sources.pi import agent_message
+from paging.formats import is_private_part
 
 _STOPS = {"end_turn": "stop", "stop": "stop", "tool_use": "tool_use", "tool_calls": "tool_use",
           "max_tokens": "length", "length": "length", "aborted": "aborted", "error": "error",
@@ -53,9 +54,12 @@ def _content_blocks(content: Any) -> tuple[Block, ...]:
             blocks.append(TextBlock(block["text"]))
         elif kind in ("image", "image_url"):
             blocks.append(_image(block))
+        elif isinstance(block, dict) and is_private_part(block):
+            blocks.append(HiddenBlock(str(kind or "unknown")))
         elif isinstance(block, dict):
             blocks.append(TextBlock(json.dumps(block, ensure_ascii=False)))
     return tuple(blocks)
+
 
 
 def _stop(message: dict[str, Any], has_calls: bool) -> str:
