@@ -50,7 +50,16 @@ from index.history import HistoryItem
 from index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
 from index.stats import Stats
 from paging.calibrate import Anchor, Sent, calibrate
-from paging.distill import Decision, DistillConfig, Judge, LocalJudge, distill, summarize
+from paging.distill import (
+    Decision,
+    DistillConfig,
+    Judge,
+    LocalJudge,
+    decide_plan,
+    judge_plan,
+    summarize,
+)
+from paging.distill import apply as apply_decisions
 from paging.distill.apply import changed
 from paging.distill.model import fingerprint as text_fingerprint
 from paging.distill.plan import Plan, latest, plan_pass
@@ -62,6 +71,7 @@ from paging.tokens import counted_resident, counted_tokens
 from paging.units import tool_call_ids
 
 ESTIMATE_CACHE = 50_000
+PLAN_CACHE = 8
 log = logging.getLogger("context_paging")
 
 
@@ -135,6 +145,7 @@ class ContextService:
         self.settings = settings
         self.count_text = count_text if settings.estimator == "tiktoken" else None
         self._estimates: OrderedDict[tuple[str, int], float] = OrderedDict()
+        self._plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
         self.latest: dict[str, dict[str, Any]] = {}  # per session: the last reply's figures
 
     # --- estimates ------------------------------------------------------------------------
@@ -303,8 +314,27 @@ class ContextService:
         skip = set(ephemeral) | set(views.resident)
         ids = chain_ids([None if i in skip else fingerprint(m) for i, m in enumerate(messages)])
         _, entries = self.entries(views, ids, skip)
-        return plan_pass(entries, config, self.ledger.session(session).decisions,
-                         provider=provider_of(model))
+        return self._plan(self.ledger.session(session), entries, provider_of(model))
+
+    def _plan(self, ledger: LedgerSession, entries: Sequence[tuple[str, Any]],
+              provider: str | None) -> Plan | None:
+        """The pass's plan over the conversation as the window already shows it (earlier
+        decisions applied: an exchange holding a distilled output is costed at its distilled
+        size, so savings are never counted twice). Cached, because the sampling judge plans
+        before the call and the call plans again: the key names the stored conversation (its
+        last chain id), the decisions made so far and the provider."""
+        decisions = ledger.decisions
+        key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
+               provider)
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        shown = apply_decisions(entries, decisions)
+        plan = plan_pass(shown, self.settings.distill, decisions, provider=provider)
+        self._plans[key] = plan
+        while len(self._plans) > PLAN_CACHE:
+            self._plans.popitem(last=False)
+        return plan
 
     def _distill(self, ledger: LedgerSession, views: Views, ids: Sequence[str | None],
                  outgoing: set[int], judge: Judge, provider: str | None) -> dict[int, Distilled]:
@@ -315,12 +345,16 @@ class ContextService:
             return {}
         positions, entries = self.entries(views, ids, outgoing)
         try:
-            new = distill(entries, config, ledger.decisions, judge=judge, provider=provider)
+            plan = self._plan(ledger, entries, provider)
+            new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
+            if new:
+                shown = apply_decisions(entries, ledger.decisions)
+                new = [self._measured(d, shown) for d in new]
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
         if new:
-            ledger.append_decisions([self._measured(d, entries) for d in new])
+            ledger.append_decisions(new)
         in_force = {t: d for t, d in latest(ledger.decisions).items() if d.edits}
         if not in_force:
             return {}

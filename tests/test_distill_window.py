@@ -288,3 +288,43 @@ def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path
     texts = {next(m["content"][0]["text"] for m in r["messages"]
                   if m.get("toolCallId") == "call_log") for r in replies[first_turn:]}
     assert texts == {text}
+
+
+def test_an_omitted_exchange_holding_a_distilled_output_saves_each_character_once(tmp_path):
+    """The log is distilled at its own run end; the exchange around it is omitted later. The
+    omission is costed on what the window still showed, so the savings add up to no more than
+    the exchange's original size."""
+    from index.context import ContextService, ContextSettings
+    from index.ledger import Ledger
+    from paging.distill import DistillConfig
+
+    dockerfile = "\n".join(f"RUN install_step_{i} --flag-{i}  # payments layer {i}"
+                           for i in range(90))
+    pulls = "\n".join(f"fetched package_{i}.apk from the mirror, checksum ok" for i in range(200))
+    docker_run = [
+        _user("pi", "Build the payments Docker image and show me the build log."),
+        _call("pi", "call_docker", "bash", {"command": "docker build -t payments ."}),
+        _result("pi", "call_docker", "bash", pulls),
+        _call("pi", "call_file", "read", {"path": "Dockerfile"}),
+        _result("pi", "call_file", "read", dockerfile),
+        _answer("pi", "Built; it pulled `package_7.apk` and ran " + ", ".join(
+            f"`install_step_{i}`" for i in range(90)) + "."),
+    ]
+    service = ContextService(Ledger(tmp_path / "home"), ContextSettings(
+        token_budget=400_000, estimator="chars4",
+        distill=DistillConfig(exchange_break_even=False)), None)
+    first = service.select("twice", docker_run + [_user("pi", "Step 0: tidy src/parser.py.")],
+                           fmt="pi")
+    assert [d["tool_call_id"] for d in first["distilled"]] == ["call_docker"]
+    conversation = docker_run
+    for n in range(4):
+        conversation += [_user("pi", f"Step {n}: tidy parse_tokens in src/parser.py."),
+                         _answer("pi", f"Step {n} done.")]
+    last = service.select("twice", conversation + [_user("pi", "Add type hints to parse_tokens.")],
+                          fmt="pi")
+    assert [d["action"] for d in last["distilled"]] == ["omit_exchange"]
+    original = sum(len(m["content"]) if isinstance(m["content"], str) else
+                   sum(len(b.get("text", "")) for b in m["content"]) for m in docker_run)
+    stats = service.stats("twice")
+    assert stats.omitted_exchanges == 1 and stats.distilled_outputs == 1
+    assert stats.distilled_saved_characters < original
