@@ -430,8 +430,9 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         try:
             plan = await run(history.distill_plan, session, messages, fmt, ephemeral or (),
                              model, recovery=False)
-        except ToolFailure:
-            return None  # select_context reports it
+        except Exception:  # select_context reports a bad request; anything else: local judge
+            log.debug("no sampling plan for this call", exc_info=True)
+            return None
         everything = sampler.prompts(plan)
         return SamplingJudge(await sampler.ask(ctx, everything), {p.key for p in everything},
                              sampler)

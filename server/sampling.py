@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
@@ -127,6 +128,9 @@ class Sampler:
         self.config = config
         self.asked: OrderedDict[str, float] = OrderedDict()  # prompt key -> first sent (monotonic)
         self.unanswered: OrderedDict[str, None] = OrderedDict()  # no usable answer last time
+        # Resolvers run in worker threads, the tool body on the event loop, the judge in the
+        # history's worker: every change of the two maps above holds this lock.
+        self._lock = threading.Lock()
 
     @property
     def slots(self) -> int:
@@ -142,18 +146,21 @@ class Sampler:
             return []
         prompts = [Prompt(prompt_key(text), text) for text in
                    (prompt_for_segment(plan.question, s.chunks, s.context) for s in plan.segments)]
-        return sorted(prompts, key=lambda p: p.key in self.unanswered)
+        with self._lock:
+            return sorted(prompts, key=lambda p: p.key in self.unanswered)
 
     def failed(self, key: str) -> None:
-        self.unanswered[key] = None
-        self.unanswered.move_to_end(key)
-        while len(self.unanswered) > REMEMBERED_PROMPTS:
-            self.unanswered.popitem(last=False)
+        with self._lock:
+            self.unanswered[key] = None
+            self.unanswered.move_to_end(key)
+            while len(self.unanswered) > REMEMBERED_PROMPTS:
+                self.unanswered.popitem(last=False)
 
     def sample(self, prompt: Prompt, fresh_round: bool) -> Sample:
         """The ``Sample`` request for a prompt; a fresh round (re)starts its clock."""
-        if fresh_round or prompt.key not in self.asked:
-            self._sent(prompt.key)
+        with self._lock:
+            if fresh_round or prompt.key not in self.asked:
+                self._sent(prompt.key)
         params = self._params(prompt)
         return Sample(params.messages, max_tokens=params.max_tokens,
                       system_prompt=params.system_prompt, temperature=params.temperature,
@@ -170,6 +177,7 @@ class Sampler:
         )
 
     def _sent(self, key: str) -> None:
+        """Start ``key``'s clock (the caller holds the lock)."""
         self.asked[key] = time.monotonic()
         self.asked.move_to_end(key)
         while len(self.asked) > REMEMBERED_PROMPTS:
@@ -179,20 +187,24 @@ class Sampler:
 
     def in_time(self, asked: Sequence[str], results: Mapping[str, object]) -> dict[str, str]:
         """The text answers to the ``asked`` prompts that arrived within the budget of their
-        prompt's first sending; the others are remembered as unanswered."""
+        prompt's first sending; the others are remembered as unanswered. An answer whose
+        sending this process has no record of (restarted between rounds) cannot be shown to
+        be in time, so it counts as late."""
         budget = self.config.timeout_ms / 1000
         now = time.monotonic()
         answers: dict[str, str] = {}
         for key in asked:
-            sent = self.asked.pop(key, None)
+            with self._lock:
+                sent = self.asked.pop(key, None)
             text = _text(results.get(key))
-            if sent is not None and now - sent > budget:
+            if text is not None and (sent is None or now - sent > budget):
                 log.info("sampling answer for %s came after the time budget; ignored", key)
                 text = None
             if text is None:
                 self.failed(key)
             else:
-                self.unanswered.pop(key, None)
+                with self._lock:
+                    self.unanswered.pop(key, None)
                 answers[key] = text
         return answers
 
@@ -204,7 +216,8 @@ class Sampler:
 
         async def one(prompt: Prompt) -> None:
             async with limiter:
-                self._sent(prompt.key)
+                with self._lock:
+                    self._sent(prompt.key)
                 try:
                     results[prompt.key] = await ctx.session.send_request(
                         CreateMessageRequest(params=self._params(prompt)), CreateMessageResult,

@@ -34,7 +34,11 @@ def judge_plan(plan: Plan, judge: Judge) -> dict[str, Verdict]:
     verdict_of = getattr(judge, "verdict", None)  # a judge that names who answered each segment
     for segment in plan.segments:
         if verdict_of is not None:
-            verdicts[segment.key] = verdict_of(plan.question, segment.chunks, segment.context)
+            try:
+                verdicts[segment.key] = verdict_of(plan.question, segment.chunks,
+                                                   segment.context)
+            except Exception:  # as below: keep this segment, judge the others
+                verdicts[segment.key] = Verdict(None, judge.name, "error")
             continue
         try:
             scores = judge.judge(plan.question, segment.chunks, segment.context)
