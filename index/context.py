@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,8 +59,7 @@ from paging.distill import (
     judge_plan,
     summarize,
 )
-from paging.distill import apply as apply_decisions
-from paging.distill.apply import changed
+from paging.distill.apply import applied, changed
 from paging.distill.model import fingerprint as text_fingerprint
 from paging.distill.plan import Plan, latest, plan_pass
 from paging.distill.render import exchange_recall, output_recall
@@ -317,20 +316,24 @@ class ContextService:
         return self._plan(self.ledger.session(session), entries, provider_of(model))
 
     def _plan(self, ledger: LedgerSession, entries: Sequence[tuple[str, Any]],
-              provider: str | None) -> Plan | None:
+              provider: str | None,
+              prior: Mapping[int, dict[str, Any] | None] | None = None) -> Plan | None:
         """The pass's plan over the conversation as the window already shows it (earlier
         decisions applied: an exchange holding a distilled output is costed at its distilled
         size, so savings are never counted twice). Cached, because the sampling judge plans
         before the call and the call plans again: the key names the stored conversation (its
-        last chain id), the decisions made so far and the provider."""
+        last chain id), the decisions made so far and the provider. ``prior`` is what those
+        decisions change (``paging.distill.apply.changed``), when the caller has it already."""
         decisions = ledger.decisions
         key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
                provider)
         if key in self._plans:
             self._plans.move_to_end(key)
             return self._plans[key]
-        shown = apply_decisions(entries, decisions)
-        plan = plan_pass(shown, self.settings.distill, decisions, provider=provider)
+        if prior is None:
+            prior = changed(entries, decisions)
+        plan = plan_pass(applied(entries, prior), self.settings.distill, decisions,
+                         provider=provider)
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
@@ -344,21 +347,22 @@ class ContextService:
         if not config.enabled:
             return {}
         positions, entries = self.entries(views, ids, outgoing)
+        changes = changed(entries, ledger.decisions)  # what the window already shows
         try:
-            plan = self._plan(ledger, entries, provider)
+            plan = self._plan(ledger, entries, provider, changes)
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
-            if new:
-                shown = apply_decisions(entries, ledger.decisions)
-                new = [self._measured(d, shown) for d in new]
+            shown = applied(entries, changes) if new else []
+            new = [self._measured(d, shown) for d in new]
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
         if new:
             ledger.append_decisions(new)
-        in_force = {t: d for t, d in latest(ledger.decisions).items() if d.edits}
-        if not in_force:
+            if any(d.edits for d in new):
+                changes = changed(entries, ledger.decisions)
+        if not changes:
             return {}
-        changes = changed(entries, in_force.values())
+        in_force = {t: d for t, d in latest(ledger.decisions).items() if d.edits}
         by_view = {positions[p]: message for p, message in changes.items()}
         result: dict[int, Distilled] = {}
         owner: Decision | None = None

@@ -82,10 +82,8 @@ def _anthropic(message: dict, message_id: str, names: dict[str, str], ts: str) -
                 out.append(ToolCall(block["id"], str(block.get("name", "")), block.get("input")))
             elif kind == "text" and isinstance(block.get("text"), str):
                 out.append(TextBlock(block["text"]))
-            elif kind == "thinking":
-                out.append(HiddenBlock("thinking"))
-            elif kind == "redacted_thinking":
-                out.append(HiddenBlock("redacted_thinking"))
+            elif kind in ("thinking", "redacted_thinking"):
+                out.append(HiddenBlock(kind))
             else:
                 out.append(HiddenBlock("unknown"))
         has_calls = any(isinstance(b, ToolCall) for b in out)

@@ -26,7 +26,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from paging.distill.conversation import (
@@ -67,7 +67,11 @@ class _Index:
 
 
 def apply(entries: Sequence[Entry], decisions: Iterable[Decision]) -> list[Entry]:
-    changes = changed(entries, decisions)
+    return applied(entries, changed(entries, decisions))
+
+
+def applied(entries: Sequence[Entry], changes: Mapping[int, Message | None]) -> list[Entry]:
+    """``entries`` with the result of :func:`changed` put in (for a caller that needs both)."""
     return [
         entry if i not in changes else (entry[0], changes[i])
         for i, entry in enumerate(entries)
