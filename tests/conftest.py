@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,20 @@ def fixture(name: str) -> Path:
 
 
 ALL_FIXTURES = sorted(p for p in FIXTURES.rglob("*.jsonl"))
+
+
+def ledger_home(tmp_path: Path, **distill: object) -> Path:
+    """A home for ledger-only tests: no agent session roots, the characters/4 estimator, and
+    the given ``[distill]`` settings."""
+    home = tmp_path / "home"
+    home.mkdir()
+    empty = tmp_path / "none"
+    settings = "".join(f"{key} = {json.dumps(value)}\n" for key, value in distill.items())
+    (home / "config.toml").write_text(
+        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
+        f'[paging]\nestimator = "chars4"\n[distill]\n{settings}'
+    )
+    return home
 
 
 @pytest.fixture(autouse=True)

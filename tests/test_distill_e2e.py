@@ -11,6 +11,7 @@ from mcp import Client
 
 from server.config import load_settings
 from server.mcp_server import create_server
+from tests.conftest import ledger_home
 from tests.test_context import valid_for
 from tests.test_protocol import call
 
@@ -30,7 +31,7 @@ def grep_output() -> str:
 GREP = grep_output()
 
 
-def anthropic_runs(extra_runs: int) -> list[dict]:
+def anthropic_runs(extra_runs: int, grep: str = GREP) -> list[dict]:
     """Run 1 (a grep and its answer), a new request, then ``extra_runs`` short runs."""
     out = [
         {"role": "user", "content": "Where is parse_config defined?"},
@@ -38,7 +39,7 @@ def anthropic_runs(extra_runs: int) -> list[dict]:
             {"type": "text", "text": "Searching."},
             {"type": "tool_use", "id": CALL_ID, "name": "grep", "input": {"pattern": "def "}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": CALL_ID,
-                                      "content": GREP}]},
+                                      "content": grep}]},
         {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]},
     ]
     for n in range(extra_runs):
@@ -88,14 +89,7 @@ def tool_result_text(fmt: str, window: list[dict]) -> str:
 
 @pytest.fixture
 def home(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    empty = tmp_path / "none"
-    (home / "config.toml").write_text(
-        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
-        '[paging]\nestimator = "chars4"\n'
-    )
-    return home
+    return ledger_home(tmp_path)
 
 
 async def select(client, session: str, fmt: str, messages: list[dict]) -> dict:
@@ -173,10 +167,8 @@ async def test_a_grep_output_is_distilled_at_run_end_and_stays_byte_identical(ho
     assert ledger.count('"type": "decision"') == len(decisions)
 
 
-async def test_distillation_can_be_turned_off(home):
-    config = home / "config.toml"
-    config.write_text(config.read_text() + "[distill]\nenabled = false\n")
-    server = create_server(load_settings(home=home))
+async def test_distillation_can_be_turned_off(tmp_path):
+    server = create_server(load_settings(home=ledger_home(tmp_path, enabled=False)))
     async with Client(server) as client:
         reply = await select(client, "off", "anthropic", anthropic_runs(1))
         assert reply["distilled"] == []

@@ -14,6 +14,7 @@ from mcp import Client
 
 from server.config import load_settings
 from server.mcp_server import create_server
+from tests.conftest import ledger_home
 from tests.test_distill_e2e import select
 from tests.test_protocol import call
 
@@ -111,17 +112,9 @@ def screenshot_run(fmt: str) -> list[dict]:
 
 @pytest.fixture
 def home(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    empty = tmp_path / "none"
-    (home / "config.toml").write_text(
-        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
-        '[paging]\nestimator = "chars4"\n'
-        # The run-end cost gate would defer an omission this small in a context this short;
-        # the gate itself is tested in tests/test_distill.py.
-        '[distill]\nexchange_break_even = false\n'
-    )
-    return home
+    # The run-end cost gate would defer an omission this small in a context this short;
+    # the gate itself is tested in tests/test_distill.py.
+    return ledger_home(tmp_path, exchange_break_even=False)
 
 
 def _text(value: object) -> str:

@@ -20,7 +20,9 @@ from mcp.types import CreateMessageResult, ErrorData, TextContent
 
 from server.config import load_settings
 from server.mcp_server import create_server
+from tests.conftest import ledger_home
 from tests.test_distill_e2e import ANSWER, CALL_ID, select, tool_result_text
+from tests.test_distill_e2e import anthropic_runs as e2e_runs
 
 pytestmark = pytest.mark.anyio
 NEEDED = "src/config/loader.py:42:def parse_config(path):"
@@ -32,19 +34,7 @@ GREP = "\n".join([f"src/module_{i % 20}/file_{i}.py:{i + 10}:    value_{i} = com
 
 
 def anthropic_runs(extra_runs: int) -> list[dict]:
-    """A grep and the answer that quotes one of its lines, then ``extra_runs`` short runs."""
-    out = [
-        {"role": "user", "content": "Where is parse_config defined?"},
-        {"role": "assistant", "content": [
-            {"type": "tool_use", "id": CALL_ID, "name": "grep", "input": {"pattern": "def "}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": CALL_ID,
-                                      "content": GREP}]},
-        {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]},
-    ]
-    for n in range(extra_runs):
-        out += [{"role": "user", "content": f"Request {n}: add a docstring to parse_config."},
-                {"role": "assistant", "content": [{"type": "text", "text": f"Done {n}."}]}]
-    return out + [{"role": "user", "content": "And now?"}]
+    return e2e_runs(extra_runs, GREP)
 
 
 def reply(text: str) -> CreateMessageResult:
@@ -83,15 +73,7 @@ class Model:
 
 @pytest.fixture
 def home(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    empty = tmp_path / "none"
-    (home / "config.toml").write_text(
-        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
-        '[paging]\nestimator = "chars4"\n'
-        '[distill]\njudge = "sampling"\n'
-    )
-    return home
+    return ledger_home(tmp_path, judge="sampling")
 
 
 def configure(home, **values) -> None:
