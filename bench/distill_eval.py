@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from paging.distill import (
+from context_paging.paging.distill import (
     Chunk,
     DistillConfig,
     JudgeContext,
@@ -29,9 +29,9 @@ from paging.distill import (
     is_grep_like,
     segment_chunks,
 )
-from paging.distill.decide import interpret
-from paging.distill.model import Verdict
-from paging.distill.render import format_chars, tool_label
+from context_paging.paging.distill.decide import interpret
+from context_paging.paging.distill.model import Verdict
+from context_paging.paging.distill.render import format_chars, tool_label
 
 FIXTURES = Path("/work/shared/fixtures/distill-eval")
 _GREP_LINE = re.compile(r"^([^\s:][^:\n]*):(\d+):")

@@ -14,11 +14,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from index.model import ImageBlock, Message, TextBlock, ToolCall
-from index.sessions import load
-from paging.estimate import chars4_tokens
-from paging.tokens import counted_tokens
-from server.tokens import text_counter
+from context_paging.index.model import ImageBlock, Message, TextBlock, ToolCall
+from context_paging.index.sessions import load
+from context_paging.paging.estimate import chars4_tokens
+from context_paging.paging.tokens import counted_tokens
+from context_paging.server.tokens import text_counter
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
 

@@ -77,9 +77,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.distill_eval import ratio
-from index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
-from index.sessions import load
-from paging.distill import (
+from context_paging.index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+from context_paging.index.sessions import load
+from context_paging.paging.distill import (
     Chunk,
     Decision,
     DistillConfig,
@@ -89,8 +89,8 @@ from paging.distill import (
     is_grep_like,
     judge_plan,
 )
-from paging.distill import plan_pass as plan_run_end
-from paging.distill.conversation import Entry, role, run_starts, text_of, tool_calls
+from context_paging.paging.distill import plan_pass as plan_run_end
+from context_paging.paging.distill.conversation import Entry, role, run_starts, text_of, tool_calls
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
 MAX_LINES_PER_PIECE = 3

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from bench.corpus import generate
-from index.discovery import iter_session_files
-from index.service import History
+from context_paging.index.discovery import iter_session_files
+from context_paging.index.service import History
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:

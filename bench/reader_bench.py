@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from index.jsonl import read_jsonl
-from index.sessions import SessionFile, load
+from context_paging.index.jsonl import read_jsonl
+from context_paging.index.sessions import SessionFile, load
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
 

@@ -43,11 +43,11 @@ from bench.fixture_eval import (
     run_end_prefixes,
     session_entries,
 )
-from paging.distill import Decision
-from paging.distill.conversation import Entry, text_of
-from server.config import load_settings
-from server.mcp_server import create_server
-from server.tokens import text_counter
+from context_paging.paging.distill import Decision
+from context_paging.paging.distill.conversation import Entry, text_of
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
+from context_paging.server.tokens import text_counter
 
 _PIECE = re.compile(r"^\[(chunk|item|exchange) (\d+)\](?: \(.*\))?\n", re.MULTILINE)
 MIN_LINE = 4  # needed lines shorter than this ("}", "") would match anywhere

@@ -80,9 +80,9 @@ def json_floor(request: dict, reply: dict, repeat: int) -> float:
 
 
 def library(repeat: int, estimator: str) -> None:
-    from index.context import ContextService, ContextSettings
-    from index.ledger import Ledger
-    from server.tokens import text_counter
+    from context_paging.index.context import ContextService, ContextSettings
+    from context_paging.index.ledger import Ledger
+    from context_paging.server.tokens import text_counter
 
     messages = workload()
     grown = messages[:-1] + turn(300, 52_428) + [messages[-1]]
@@ -115,8 +115,8 @@ def _call_args(messages: list[dict]) -> dict:
 
 
 def _fresh(settings, counter, messages):
-    from index.context import ContextService
-    from index.ledger import Ledger
+    from context_paging.index.context import ContextService
+    from context_paging.index.ledger import Ledger
 
     home = Path(tempfile.mkdtemp())
     try:

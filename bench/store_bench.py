@@ -22,11 +22,11 @@ from whoosh.fields import TEXT, FieldType, Schema
 from whoosh.query import Or, Term
 from whoosh.writing import MERGE_SMALL, NO_MERGE
 
-import index.analysis as an
-from index import store
-from index.history import search_text
-from index.sessions import load
-from index.store import IndexDoc, SearchIndex
+import context_paging.index.analysis as an
+from context_paging.index import store
+from context_paging.index.history import search_text
+from context_paging.index.sessions import load
+from context_paging.index.store import IndexDoc, SearchIndex
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions" / "pi"
 

@@ -30,8 +30,8 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from server.config import load_settings
-from server.mcp_server import create_server
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 
 SESSION = "example-agent-loop"  # the ledger id of this conversation
 BUDGET = 8_000  # tokens per request: small, so paging shows within a few turns

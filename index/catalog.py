@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from index.discovery import SessionFileRef, iter_session_files, resolve
-from index.sessions import SessionFile, UnknownFormat
+from context_paging.index.discovery import SessionFileRef, iter_session_files, resolve
+from context_paging.index.sessions import SessionFile, UnknownFormat
 
 log = logging.getLogger("context_paging")
 

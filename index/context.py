@@ -46,11 +46,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from index.history import HistoryItem
-from index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
-from index.stats import Stats
-from paging.calibrate import Anchor, Sent, calibrate
-from paging.distill import (
+from context_paging.index.history import HistoryItem
+from context_paging.index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
+from context_paging.index.stats import Stats
+from context_paging.paging.calibrate import Anchor, Sent, calibrate
+from context_paging.paging.distill import (
     Decision,
     DistillConfig,
     Judge,
@@ -59,15 +59,15 @@ from paging.distill import (
     judge_plan,
     summarize,
 )
-from paging.distill.apply import applied, changed
-from paging.distill.model import fingerprint as text_fingerprint
-from paging.distill.plan import Plan, latest, plan_pass
-from paging.distill.render import exchange_recall, output_recall
-from paging.estimate import chars4_tokens, resident_chars4, text_chars4
-from paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
-from paging.select import CutKey, CutState, Frontier, Selection, select_context
-from paging.tokens import counted_resident, counted_tokens
-from paging.units import tool_call_ids
+from context_paging.paging.distill.apply import applied, changed
+from context_paging.paging.distill.model import fingerprint as text_fingerprint
+from context_paging.paging.distill.plan import Plan, latest, plan_pass
+from context_paging.paging.distill.render import exchange_recall, output_recall
+from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
+from context_paging.paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
+from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
+from context_paging.paging.tokens import counted_resident, counted_tokens
+from context_paging.paging.units import tool_call_ids
 
 ESTIMATE_CACHE = 50_000
 PLAN_CACHE = 8

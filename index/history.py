@@ -28,8 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from index.jsonl import Issue
-from index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+from context_paging.index.jsonl import Issue
+from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 
 RECOVERY_TOOLS = frozenset(
     {

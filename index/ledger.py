@@ -38,11 +38,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from index.history import HistoryItem, project
-from index.jsonl import FileCursor, Issue
-from index.model import Message
-from index.sources.hosts import host_messages
-from paging.distill import Decision
+from context_paging.index.history import HistoryItem, project
+from context_paging.index.jsonl import FileCursor, Issue
+from context_paging.index.model import Message
+from context_paging.index.sources.hosts import host_messages
+from context_paging.paging.distill import Decision
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -254,7 +254,7 @@ class Ledger:
         """(ref, cwd, items, file state) — the shape index.service.History expects."""
         session = self.session(ref)
         if not session.path.exists():
-            from index.discovery import SessionRefError
+            from context_paging.index.discovery import SessionRefError
 
             raise SessionRefError(f"no ledger session {ref!r}; select_context creates one")
         return session.ref, "", session.items(), session.file_state()

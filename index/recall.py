@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import regex
 
-from index.history import HistoryItem, is_recovery_tool
-from index.jsonl import clean_text
-from index.model import ImageBlock, Message, TextBlock
-from index.navigator import NavigatorError, dumps
+from context_paging.index.history import HistoryItem, is_recovery_tool
+from context_paging.index.jsonl import clean_text
+from context_paging.index.model import ImageBlock, Message, TextBlock
+from context_paging.index.navigator import NavigatorError, dumps
 
 MAX_LINES = 2_000
 MAX_BYTES = 50 * 1024

@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from index.catalog import Catalog, SessionSummary
-from index.context import ContextService, ContextSettings
-from index.discovery import SessionFileRef, SessionRefError, iter_session_files, resolve
-from index.history import HistoryItem, block_text
-from index.jsonl import file_identity
-from index.ledger import Ledger, LedgerError, check_session_id
-from index.navigator import Navigator, NavigatorError, compact_references
-from index.recall import Recalled, find_original, recall_text
-from index.sessions import SessionFile, UnknownFormat
-from index.stats import Stats
-from index.store import SearchIndex, SyncResult, doc_for
-from paging.distill import DistillConfig, Plan
+from context_paging.index.catalog import Catalog, SessionSummary
+from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.discovery import SessionFileRef, SessionRefError, iter_session_files, resolve
+from context_paging.index.history import HistoryItem, block_text
+from context_paging.index.jsonl import file_identity
+from context_paging.index.ledger import Ledger, LedgerError, check_session_id
+from context_paging.index.navigator import Navigator, NavigatorError, compact_references
+from context_paging.index.recall import Recalled, find_original, recall_text
+from context_paging.index.sessions import SessionFile, UnknownFormat
+from context_paging.index.stats import Stats
+from context_paging.index.store import SearchIndex, SyncResult, doc_for
+from context_paging.paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from index import sources
-from index.history import Projection, project
-from index.jsonl import FileCursor, Issue, Record
-from index.model import Conversation, SessionInfo
+from context_paging.index import sources
+from context_paging.index.history import Projection, project
+from context_paging.index.jsonl import FileCursor, Issue, Record
+from context_paging.index.model import Conversation, SessionInfo
 
 
 class UnknownFormat(ValueError):

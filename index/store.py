@@ -58,7 +58,7 @@ from whoosh.searching import Searcher
 from whoosh.util.filelock import try_for
 from whoosh.writing import SegmentWriter
 
-from index.analysis import (
+from context_paging.index.analysis import (
     SCHEMA,
     Bm25,
     Corpus,
@@ -72,7 +72,7 @@ from index.analysis import (
     segment_totals,
     tokens,
 )
-from index.history import HistoryItem, search_text
+from context_paging.index.history import HistoryItem, search_text
 
 log = logging.getLogger("context_paging")
 

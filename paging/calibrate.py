@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paging.select import TokenEstimates
+from context_paging.paging.select import TokenEstimates
 
 
 @dataclass(frozen=True, slots=True)

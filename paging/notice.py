@@ -13,7 +13,7 @@ advances, so nothing here may depend on anything but its arguments.
 
 from __future__ import annotations
 
-from paging.estimate import js_json
+from context_paging.paging.estimate import js_json
 
 HEADER = "[Context paging notice — added by the paging server]"
 RECOVERY_HEADER = "[Context paging recovery — added by the paging server]"

@@ -50,10 +50,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from paging.estimate import js_number
-from paging.limits import ContextSelectionError, Limits, context_limits
-from paging.notice import overflow_notice, paging_notice, recovery_notice, recovery_replacement
-from paging.units import (
+from context_paging.paging.estimate import js_number
+from context_paging.paging.limits import ContextSelectionError, Limits, context_limits
+from context_paging.paging.notice import overflow_notice, paging_notice, recovery_notice, recovery_replacement
+from context_paging.paging.units import (
     ActiveTurn,
     Atom,
     CutKey,

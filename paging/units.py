@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from paging.limits import ContextSelectionError
+from context_paging.paging.limits import ContextSelectionError
 
 Atom = tuple[int, ...]
 FrontierKind = Literal["prefix", "completedTurn", "partialTurn"]

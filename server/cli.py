@@ -12,11 +12,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from index.catalog import Catalog, SessionSummary
-from index.discovery import SessionRefError
-from index.navigator import NavigatorError
-from server import clients
-from server.config import Settings, load_settings
+from context_paging.index.catalog import Catalog, SessionSummary
+from context_paging.index.discovery import SessionRefError
+from context_paging.index.navigator import NavigatorError
+from context_paging.server import clients
+from context_paging.server.config import Settings, load_settings
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -56,13 +56,13 @@ def _size(size: int) -> str:
 
 
 def _history(settings: Settings):
-    from server.mcp_server import make_history
+    from context_paging.server.mcp_server import make_history
 
     return make_history(settings)
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from server.mcp_server import create_server
+    from context_paging.server.mcp_server import create_server
 
     create_server(settings).run()
     return 0
@@ -132,7 +132,7 @@ def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    from index.stats import render
+    from context_paging.index.stats import render
 
     history = _history(settings)
     try:
@@ -143,7 +143,7 @@ def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from server.demo import run_demo
+    from context_paging.server.demo import run_demo
 
     return run_demo(args)
 
@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
     """``section.key=value`` flags; values are TOML scalars when they parse as one."""
-    from server.config import _parse_env
+    from context_paging.server.config import _parse_env
 
     out: dict[str, object] = {}
     for pair in pairs:

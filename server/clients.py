@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server.config import ENV_HOME, SCHEMA, Settings
+from context_paging.server.config import ENV_HOME, SCHEMA, Settings
 
 DEFAULT_NAME = "context-paging"
 SCRIPT = "context-paging"
@@ -100,7 +100,7 @@ def server_command() -> tuple[str, list[str]]:
     for name in (SCRIPT, f"{SCRIPT}.exe"):
         if (bin_dir / name).is_file():
             return str((bin_dir / name).absolute()), []
-    return os.path.abspath(sys.executable), ["-m", "server.cli"]
+    return os.path.abspath(sys.executable), ["-m", "context_paging"]
 
 
 def server_entry(

@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from paging.distill.config import DistillConfig, check_setting
+from context_paging.paging.distill.config import DistillConfig, check_setting
 
 log = logging.getLogger("context_paging")
 

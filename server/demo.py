@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from index.context import ContextSettings
-from index.service import History
-from server.tokens import text_counter
+from context_paging.index.context import ContextSettings
+from context_paging.index.service import History
+from context_paging.server.tokens import text_counter
 
 Emit = Callable[[str], object]
 SAMPLE = "demo-session.jsonl"
@@ -34,7 +34,7 @@ SYSTEM = "You are a careful coding agent working in /home/dev/shop."
 
 
 def sample_path() -> Path:
-    return Path(str(resources.files("server") / "data" / SAMPLE))
+    return Path(str(resources.files("context_paging.server") / "data" / SAMPLE))
 
 
 def sample_messages() -> list[dict[str, Any]]:

@@ -23,20 +23,20 @@ from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from index.catalog import SessionSummary
-from index.context import ContextSettings
-from index.discovery import SessionRefError
-from index.ledger import LedgerError
-from index.navigator import NavigatorError, dumps
-from index.service import History
-from index.stats import Stats
-from index.stats import render as render_stats
-from index.store import IndexBusy
-from paging.distill import DistillConfig
-from paging.formats import FormatError
-from paging.limits import ContextSelectionError
-from server.config import Settings
-from server.sampling import Prompt, Sampler, SamplingJudge, can_sample, uses_input_required
+from context_paging.index.catalog import SessionSummary
+from context_paging.index.context import ContextSettings
+from context_paging.index.discovery import SessionRefError
+from context_paging.index.ledger import LedgerError
+from context_paging.index.navigator import NavigatorError, dumps
+from context_paging.index.service import History
+from context_paging.index.stats import Stats
+from context_paging.index.stats import render as render_stats
+from context_paging.index.store import IndexBusy
+from context_paging.paging.distill import DistillConfig
+from context_paging.paging.formats import FormatError
+from context_paging.paging.limits import ContextSelectionError
+from context_paging.server.config import Settings
+from context_paging.server.sampling import Prompt, Sampler, SamplingJudge, can_sample, uses_input_required
 
 log = logging.getLogger("context_paging")
 T = TypeVar("T")
@@ -190,7 +190,7 @@ def _with_sampling_slots(fn: Callable[..., Any], slots: int, prompts_param: Any,
 
 def make_history(settings: Settings) -> History:
     """The one History of a process, configured from settings."""
-    from server.tokens import text_counter
+    from context_paging.server.tokens import text_counter
 
     paging = settings.values["paging"]
     distill, warnings = DistillConfig.from_mapping(settings.values["distill"])

@@ -49,7 +49,7 @@ from mcp.types import (
 )
 from mcp_types.version import is_version_at_least
 
-from paging.distill import (
+from context_paging.paging.distill import (
     Chunk,
     DistillConfig,
     Judge,

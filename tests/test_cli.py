@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.cli import main
+from context_paging.server.cli import main
 from tests.test_protocol import lay_out, write_config
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from server import clients
-from server.config import load_settings
+from context_paging.server import clients
+from context_paging.server.config import load_settings
 
 SHAPES = {  # client -> (servers key, whether entries carry "type": "stdio")
     "claude-desktop": ("mcpServers", False),
@@ -79,7 +79,7 @@ def test_without_a_console_script_the_one_beside_python_or_python_itself_is_used
     bin_dir.mkdir(parents=True)
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
-    assert entry == {"command": str(bin_dir / "python"), "args": ["-m", "server.cli", "serve"]}
+    assert entry == {"command": str(bin_dir / "python"), "args": ["-m", "context_paging", "serve"]}
     (bin_dir / "context-paging").write_text("#!/bin/sh\n")
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
     assert entry == {"command": str(bin_dir / "context-paging"), "args": ["serve"]}

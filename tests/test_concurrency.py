@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from index.discovery import iter_session_files
-from index.service import History
+from context_paging.index.discovery import iter_session_files
+from context_paging.index.service import History
 from tests.test_protocol import lay_out, write_config
 
 
@@ -16,7 +16,7 @@ def test_two_processes_indexing_one_home_at_once_lose_no_items(tmp_path):
     home = tmp_path / "home"
     write_config(home, roots)
     env = {**os.environ, "CONTEXT_PAGING_HOME": str(home)}
-    command = [sys.executable, "-m", "server.cli", "index", "--all"]
+    command = [sys.executable, "-m", "context_paging", "index", "--all"]
     runs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True) for _ in range(2)]
     outputs = [run.communicate(timeout=240) for run in runs]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, fields
 
-from paging.distill import DistillConfig
-from server import clients
-from server.cli import main
-from server.config import SCHEMA, load_settings
+from context_paging.paging.distill import DistillConfig
+from context_paging.server import clients
+from context_paging.server.cli import main
+from context_paging.server.config import SCHEMA, load_settings
 
 DISTILL_KEYS = [f.name for f in fields(DistillConfig)]
 

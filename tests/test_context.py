@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from index.context import ContextService, ContextSettings
-from index.ledger import Ledger, LedgerError, chain_ids, fingerprint
-from paging.distill import DistillConfig
-from paging.formats import FormatError, detect_format
-from paging.select import ContextSelectionError
+from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.ledger import Ledger, LedgerError, chain_ids, fingerprint
+from context_paging.paging.distill import DistillConfig
+from context_paging.paging.formats import FormatError, detect_format
+from context_paging.paging.select import ContextSelectionError
 
 BIG = "x" * 8_000  # 2,000 chars4 tokens
 
@@ -278,6 +278,6 @@ def test_stats_report_history_latest_request_and_cache(tmp_path):
     assert stats.history_tokens >= 6 * 2_000
     assert stats.budget_tokens == 6_000
     assert stats.cache_read_tokens == 120 and stats.cache_write_tokens == 20
-    from index.stats import render
+    from context_paging.index.stats import render
     text = render(stats)
     assert "Paging budget        6,000   (" in text and "Tokens read          120" in text

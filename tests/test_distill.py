@@ -15,7 +15,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paging.distill import (
+from context_paging.paging.distill import (
     MARKER,
     Chunk,
     ChunkOptions,
@@ -37,17 +37,17 @@ from paging.distill import (
     segment_chunks,
     summarize,
 )
-from paging.distill.conversation import (
+from context_paging.paging.distill.conversation import (
     Call,
     content_chars,
     image_cost,
     later_calls_for,
     superseded_by,
 )
-from paging.distill.decide import interpret, pays_off
-from paging.distill.items import batch_items, cited_files, collect_exchanges, collect_small
-from paging.distill.model import JudgeContext
-from paging.distill.render import (
+from context_paging.paging.distill.decide import interpret, pays_off
+from context_paging.paging.distill.items import batch_items, cited_files, collect_exchanges, collect_small
+from context_paging.paging.distill.model import JudgeContext
+from context_paging.paging.distill.render import (
     Source,
     exchange_stub,
     format_chars,

@@ -9,8 +9,8 @@ import json
 import pytest
 from mcp import Client
 
-from server.config import load_settings
-from server.mcp_server import create_server
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from tests.conftest import ledger_home
 from tests.test_context import valid_for
 from tests.test_protocol import call

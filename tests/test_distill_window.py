@@ -12,8 +12,8 @@ import struct
 import pytest
 from mcp import Client
 
-from server.config import load_settings
-from server.mcp_server import create_server
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from tests.conftest import ledger_home
 from tests.test_distill_e2e import select
 from tests.test_protocol import call
@@ -235,9 +235,9 @@ def _build_log_run(turns: int) -> list[dict]:
                                               ("openai-codex/gpt-5", False)])
 def test_the_model_names_the_provider_whose_checkpoint_batch_size_applies(tmp_path, model,
                                                                            fires):
-    from index.context import ContextService, ContextSettings
-    from index.ledger import Ledger
-    from paging.distill import DistillConfig
+    from context_paging.index.context import ContextService, ContextSettings
+    from context_paging.index.ledger import Ledger
+    from context_paging.paging.distill import DistillConfig
 
     config = DistillConfig(mid_run_batch_chars_openai=10_000_000)
     service = ContextService(Ledger(tmp_path / "home"), ContextSettings(
@@ -250,9 +250,9 @@ def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path
     """specs/distill.md §7 through select_context: a 70 KB build log from the run's first turn is
     judged once it is 4 turns old and the batch (60k chars) pays off against re-reading the
     context after it; the run has not ended, so there is no final answer yet."""
-    from index.context import ContextService, ContextSettings
-    from index.ledger import Ledger
-    from paging.distill import DistillConfig
+    from context_paging.index.context import ContextService, ContextSettings
+    from context_paging.index.ledger import Ledger
+    from context_paging.paging.distill import DistillConfig
 
     log = "\n".join([f"copied static/img/asset_{i:04d}.png to dist/img (ok, {i * 7} bytes)"
                      for i in range(1_200)] + ["ERROR: tokenizer fixture missing"])
@@ -287,9 +287,9 @@ def test_an_omitted_exchange_holding_a_distilled_output_saves_each_character_onc
     """The log is distilled at its own run end; the exchange around it is omitted later. The
     omission is costed on what the window still showed, so the savings add up to no more than
     the exchange's original size."""
-    from index.context import ContextService, ContextSettings
-    from index.ledger import Ledger
-    from paging.distill import DistillConfig
+    from context_paging.index.context import ContextService, ContextSettings
+    from context_paging.index.ledger import Ledger
+    from context_paging.paging.distill import DistillConfig
 
     dockerfile = "\n".join(f"RUN install_step_{i} --flag-{i}  # payments layer {i}"
                            for i in range(90))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.docs import BEGIN, END, reference, snapshot_tools
+from context_paging.server.docs import BEGIN, END, reference, snapshot_tools
 from tests.conftest import PROJECT
 
 

@@ -7,7 +7,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index.jsonl import FileCursor, read_jsonl
+from context_paging.index.jsonl import FileCursor, read_jsonl
 from tests.conftest import ALL_FIXTURES, fixture
 
 
@@ -149,7 +149,7 @@ def test_damaged_files_never_raise_and_keep_every_complete_line_before_the_damag
 @settings(max_examples=60, deadline=None, suppress_health_check=TMP_OK)
 @given(damaged())
 def test_damaged_session_files_load_into_history_without_an_exception(tmp_path, case):
-    from index.sessions import UnknownFormat, load
+    from context_paging.index.sessions import UnknownFormat, load
 
     _, data, _ = case
     session = load(write(tmp_path, data, "damaged-session.jsonl"))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from index.discovery import iter_session_files
-from server.config import load_settings
-from server.mcp_server import create_server
+from context_paging.index.discovery import iter_session_files
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from tests.conftest import ALL_FIXTURES, PROJECT
 from tests.test_sessions import _private_strings
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 from mcp import Client
 
-import index.recall as recall
-from index.model import ImageBlock
-from index.navigator import NavigatorError
-from index.recall import Recalled, recall_text
-from server.config import load_settings
-from server.mcp_server import create_server
+import context_paging.index.recall as recall
+from context_paging.index.model import ImageBlock
+from context_paging.index.navigator import NavigatorError
+from context_paging.index.recall import Recalled, recall_text
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from tests.test_protocol import call, write_config
 
 FOUR = "alpha\nbeta\ngamma\nalphabet"

@@ -29,10 +29,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-import index.ledger
-from index.discovery import iter_session_files
-from server.config import load_settings
-from server.mcp_server import create_server
+import context_paging.index.ledger as ledger_module
+from context_paging.index.discovery import iter_session_files
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from tests.conftest import FIXTURES
 from tests.test_protocol import call, lay_out, write_config
 
@@ -626,7 +626,7 @@ async def test_a_full_disk_is_a_clear_error_and_the_next_start_loses_no_message(
     sent = conversation(6)
     assert (await select(home, "disk", sent[:4]))[0] is False
     disk = FullDisk()
-    monkeypatch.setattr(index.ledger, "open", disk, raising=False)
+    monkeypatch.setattr(ledger_module, "open", disk, raising=False)
     error, text = await select(home, "disk", sent[:8])
     monkeypatch.undo()
     COUNTS["faults injected"] += disk.injected

@@ -18,8 +18,8 @@ import pytest
 from mcp import Client
 from mcp.types import CreateMessageResult, ErrorData, TextContent
 
-from server.config import load_settings
-from server.mcp_server import create_server
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from tests.conftest import ledger_home
 from tests.test_distill_e2e import ANSWER, CALL_ID, select, tool_result_text
 from tests.test_distill_e2e import anthropic_runs as e2e_runs

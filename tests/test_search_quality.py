@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from index.analysis import tokens
-from index.history import content_text, search_text
-from index.service import History
+from context_paging.index.analysis import tokens
+from context_paging.index.history import content_text, search_text
+from context_paging.index.service import History
 from tests.conftest import ALL_FIXTURES
 from tests.test_protocol import lay_out
 
@@ -78,6 +78,6 @@ def test_a_distinctive_detail_from_an_early_tool_output_finds_its_turn_in_the_to
 
 
 def _files(history):
-    from index.discovery import iter_session_files
+    from context_paging.index.discovery import iter_session_files
 
     return list(iter_session_files(history.catalog.roots))

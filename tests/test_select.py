@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paging.estimate import chars4_tokens, resident_chars4, text_chars4
-from paging.limits import Limits, context_limits
-from paging.notice import format_tokens, paging_notice
-from paging.select import (
+from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
+from context_paging.paging.limits import Limits, context_limits
+from context_paging.paging.notice import format_tokens, paging_notice
+from context_paging.paging.select import (
     ContextSelectionError,
     CutKey,
     CutState,
@@ -30,7 +30,7 @@ from paging.select import (
     TokenEstimates,
     select_context,
 )
-from paging.units import tool_call_ids
+from context_paging.paging.units import tool_call_ids
 
 SYSTEM = "resident prompt"
 TOOLS = [{"name": "read", "description": "Read files", "parameters": {"type": "object"}}]

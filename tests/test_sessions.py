@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from index.catalog import Catalog
-from index.discovery import SessionRefError, resolve
-from index.history import public_item
-from index.sessions import SessionFile, load
-from server.cli import main
+from context_paging.index.catalog import Catalog
+from context_paging.index.discovery import SessionRefError, resolve
+from context_paging.index.history import public_item
+from context_paging.index.sessions import SessionFile, load
+from context_paging.server.cli import main
 from tests.conftest import ALL_FIXTURES, fixture
 
 PRIVATE_KEYS = {"thinking", "signature", "thinkingSignature", "textSignature", "thoughtSignature",
@@ -207,7 +207,7 @@ def test_every_fixture_is_detected_as_its_own_format():
 
 
 def test_without_a_session_the_newest_one_run_in_this_directory_is_used(tmp_path, monkeypatch):
-    from index.service import History
+    from context_paging.index.service import History
 
     work = tmp_path / "work" / "app"
     work.mkdir(parents=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from index.history import project, public_item
-from index.jsonl import Record, read_jsonl
-from index.model import HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
-from index.sources import claude, detect
+from context_paging.index.history import project, public_item
+from context_paging.index.jsonl import Record, read_jsonl
+from context_paging.index.model import HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
+from context_paging.index.sources import claude, detect
 from tests.conftest import FIXTURES, fixture
 
 CLAUDE_FIXTURES = sorted(p.name for p in (FIXTURES / "claude-code").glob("*.jsonl"))

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from index.history import project, public_item
-from index.jsonl import read_jsonl
-from index.model import Conversation, HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
-from index.sources import codex, detect
+from context_paging.index.history import project, public_item
+from context_paging.index.jsonl import read_jsonl
+from context_paging.index.model import Conversation, HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
+from context_paging.index.sources import codex, detect
 from tests.conftest import FIXTURES, fixture
 
 CODEX = sorted((FIXTURES / "codex").glob("*.jsonl"))

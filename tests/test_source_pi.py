@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
-from index.history import project, public_item
-from index.jsonl import Record, read_jsonl
-from index.model import HiddenBlock, TextBlock, ToolCall, Usage
-from index.sources import detect
-from index.sources.pi import active_path, build, migrate
+from context_paging.index.history import project, public_item
+from context_paging.index.jsonl import Record, read_jsonl
+from context_paging.index.model import HiddenBlock, TextBlock, ToolCall, Usage
+from context_paging.index.sources import detect
+from context_paging.index.sources.pi import active_path, build, migrate
 from tests.conftest import FIXTURES, fixture
 
 CONCAT = "pi-v1-real-compaction-with-concatenated-line.jsonl"

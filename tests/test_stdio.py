@@ -13,7 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from server.demo import sample_path
+from context_paging.server.demo import sample_path
 from tests.test_sampling import Model, anthropic_runs
 
 pytestmark = pytest.mark.anyio

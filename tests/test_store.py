@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from whoosh.filedb.filestore import FileStorage
 from whoosh.index import TOC
 
-from index.analysis import MERGE_FACTOR, SCHEMA, query_terms, tokens
-from index.history import preview, project
-from index.model import Message, TextBlock, ToolCall
-from index.store import (
+from context_paging.index.analysis import MERGE_FACTOR, SCHEMA, query_terms, tokens
+from context_paging.index.history import preview, project
+from context_paging.index.model import Message, TextBlock, ToolCall
+from context_paging.index.store import (
     INDEX_NAME,
     IndexBusy,
     IndexDoc,
@@ -411,7 +411,7 @@ WRITER_CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from index.store import IndexDoc, SearchIndex
+    from context_paging.index.store import IndexDoc, SearchIndex
 
     directory, name = Path(sys.argv[1]), sys.argv[2]
     ix = SearchIndex(directory, lock_timeout=30)
@@ -462,7 +462,7 @@ KILLED_CHILD = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from whoosh.writing import SegmentWriter
-    from index.store import IndexDoc, SearchIndex
+    from context_paging.index.store import IndexDoc, SearchIndex
 
     original = SegmentWriter.commit
     def commit(self, *args, **kwargs):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from index.jsonl import Record
-from index.model import Conversation
+from context_paging.index.jsonl import Record
+from context_paging.index.model import Conversation
 
 SOURCES = ("pi", "claude", "codex")
 
@@ -42,11 +42,11 @@ def detect(records: Sequence[Record], path: str = "") -> str | None:
 
 def build(source: str, records: Sequence[Record], path: str) -> Conversation:
     if source == "pi":
-        from index.sources import pi as module
+        from context_paging.index.sources import pi as module
     elif source == "claude":
-        from index.sources import claude as module
+        from context_paging.index.sources import claude as module
     elif source == "codex":
-        from index.sources import codex as module
+        from context_paging.index.sources import codex as module
     else:
         raise ValueError(f"unknown session source {source!r}")
     return module.build(records, path)

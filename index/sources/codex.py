@@ -52,8 +52,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
-from index.jsonl import Issue, Record
-from index.model import (
+from context_paging.index.jsonl import Issue, Record
+from context_paging.index.model import (
     Block,
     Conversation,
     HiddenBlock,

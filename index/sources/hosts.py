@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
-from index.sources.pi import agent_message
-from paging.formats import is_private_part
+from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+from context_paging.index.sources.pi import agent_message
+from context_paging.paging.formats import is_private_part
 
 _STOPS = {"end_turn": "stop", "stop": "stop", "tool_use": "tool_use", "tool_calls": "tool_use",
           "max_tokens": "length", "length": "length", "aborted": "aborted", "error": "error",

@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from index.jsonl import Issue, Record
-from index.model import (
+from context_paging.index.jsonl import Issue, Record
+from context_paging.index.model import (
     Block,
     Conversation,
     HiddenBlock,

@@ -15,8 +15,8 @@ Pure: no files, no clock, no MCP. The flow, for the server:
 5. ``summarize(decisions, tokens, entries)`` for stats.
 """
 
-from paging.distill.apply import apply
-from paging.distill.chunk import (
+from context_paging.paging.distill.apply import apply
+from context_paging.paging.distill.chunk import (
     Chunk,
     ChunkOptions,
     chunk_output,
@@ -24,19 +24,19 @@ from paging.distill.chunk import (
     is_grep_like,
     segment_chunks,
 )
-from paging.distill.config import DistillConfig
-from paging.distill.judge import (
+from context_paging.paging.distill.config import DistillConfig
+from context_paging.paging.distill.judge import (
     Judge,
     LocalJudge,
     parse_chunk_ids,
     prompt_for_segment,
     scores_from_ids,
 )
-from paging.distill.model import Decision, JudgeContext, Question, Verdict
-from paging.distill.pipeline import decide_plan, distill, judge_plan
-from paging.distill.plan import Plan, Segment, plan_pass
-from paging.distill.render import MARKER
-from paging.distill.stats import DistillStats, summarize
+from context_paging.paging.distill.model import Decision, JudgeContext, Question, Verdict
+from context_paging.paging.distill.pipeline import decide_plan, distill, judge_plan
+from context_paging.paging.distill.plan import Plan, Segment, plan_pass
+from context_paging.paging.distill.render import MARKER
+from context_paging.paging.distill.stats import DistillStats, summarize
 
 __all__ = [
     "MARKER",

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from paging.distill.conversation import (
+from context_paging.paging.distill.conversation import (
     EDITABLE_ROLES,
     Entry,
     Message,
@@ -37,8 +37,8 @@ from paging.distill.conversation import (
     role,
     tool_calls,
 )
-from paging.distill.model import Decision
-from paging.distill.plan import latest, message_fingerprint
+from context_paging.paging.distill.model import Decision
+from context_paging.paging.distill.plan import latest, message_fingerprint
 
 
 @dataclass(frozen=True, slots=True)

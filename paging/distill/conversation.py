@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paging.distill.render import plural, tool_label
-from paging.tokens import image_size
+from context_paging.paging.distill.render import plural, tool_label
+from context_paging.paging.tokens import image_size
 
 Entry = tuple[str, Mapping[str, Any]]
 Message = Mapping[str, Any]

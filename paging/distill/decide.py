@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from paging.distill.chunk import Chunk
-from paging.distill.config import DistillConfig
-from paging.distill.items import Exchange, ImageItem, OutputItem, cited_files
-from paging.distill.model import Decision, Phase, Verdict, fingerprint
-from paging.distill.render import render_output, small_stub
+from context_paging.paging.distill.chunk import Chunk
+from context_paging.paging.distill.config import DistillConfig
+from context_paging.paging.distill.items import Exchange, ImageItem, OutputItem, cited_files
+from context_paging.paging.distill.model import Decision, Phase, Verdict, fingerprint
+from context_paging.paging.distill.render import render_output, small_stub
 
 FAILURES = frozenset({"error", "timeout", "no-answer", "aborted"})
 FACTOR_WHOLE_CONTEXT = 13  # a provider that re-reads the whole context after any edit (Codex)

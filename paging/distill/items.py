@@ -18,8 +18,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paging.distill.config import DistillConfig
-from paging.distill.conversation import (
+from context_paging.paging.distill.config import DistillConfig
+from context_paging.paging.distill.conversation import (
     EDITABLE_ROLES,
     Call,
     Message,
@@ -38,7 +38,7 @@ from paging.distill.conversation import (
     text_of,
     tool_calls,
 )
-from paging.distill.render import (
+from context_paging.paging.distill.render import (
     Source,
     exchange_stub,
     image_stub,

@@ -28,9 +28,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from paging.distill.chunk import KNOWN_EXTENSION, Chunk
-from paging.distill.model import JudgeContext, Question
-from paging.distill.render import clip
+from context_paging.paging.distill.chunk import KNOWN_EXTENSION, Chunk
+from context_paging.paging.distill.model import JudgeContext, Question
+from context_paging.paging.distill.render import clip
 
 
 class Judge(Protocol):

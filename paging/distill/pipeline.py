@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from paging.distill.config import DistillConfig
-from paging.distill.conversation import Entry
-from paging.distill.decide import (
+from context_paging.paging.distill.config import DistillConfig
+from context_paging.paging.distill.conversation import Entry
+from context_paging.paging.distill.decide import (
     SegmentOutcome,
     decide_exchange,
     decide_image,
@@ -23,9 +23,9 @@ from paging.distill.decide import (
     interpret,
     pays_off,
 )
-from paging.distill.judge import Judge, LocalJudge
-from paging.distill.model import Decision, Verdict
-from paging.distill.plan import Plan, plan_pass
+from context_paging.paging.distill.judge import Judge, LocalJudge
+from context_paging.paging.distill.model import Decision, Verdict
+from context_paging.paging.distill.plan import Plan, plan_pass
 
 
 def judge_plan(plan: Plan, judge: Judge) -> dict[str, Verdict]:

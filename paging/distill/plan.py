@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from paging.distill.chunk import Chunk, chunk_output, segment_chars, segment_chunks
-from paging.distill.config import DistillConfig
-from paging.distill.conversation import (
+from context_paging.paging.distill.chunk import Chunk, chunk_output, segment_chars, segment_chunks
+from context_paging.paging.distill.config import DistillConfig
+from context_paging.paging.distill.conversation import (
     Entry,
     Message,
     assistant_count,
@@ -48,13 +48,13 @@ from paging.distill.conversation import (
     text_of,
     tool_calls,
 )
-from paging.distill.decide import (
+from context_paging.paging.distill.decide import (
     FACTOR_PREFIX,
     FACTOR_WHOLE_CONTEXT,
     pays_off,
     rewrite_chars,
 )
-from paging.distill.items import (
+from context_paging.paging.distill.items import (
     Exchange,
     ImageItem,
     OutputItem,
@@ -66,8 +66,8 @@ from paging.distill.items import (
     exchange_item_size,
     small_item_size,
 )
-from paging.distill.model import Decision, JudgeContext, Phase, Question, fingerprint
-from paging.distill.render import clip, format_chars
+from context_paging.paging.distill.model import Decision, JudgeContext, Phase, Question, fingerprint
+from context_paging.paging.distill.render import clip, format_chars
 
 WHOLE_CONTEXT_PROVIDERS = frozenset({"openai-codex"})
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from paging.distill.chunk import Chunk
+from context_paging.paging.distill.chunk import Chunk
 
 MARKER = "[distilled]"
 UPSTREAM_MARKER = "[context-guard]"  # outputs edited by the Pi extension are left alone

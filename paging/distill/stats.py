@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from paging.distill.apply import apply
-from paging.distill.conversation import Entry
-from paging.distill.model import Decision
-from paging.distill.plan import latest
-from paging.tokens import counted_tokens
+from context_paging.paging.distill.apply import apply
+from context_paging.paging.distill.conversation import Entry
+from context_paging.paging.distill.model import Decision
+from context_paging.paging.distill.plan import latest
+from context_paging.paging.tokens import counted_tokens
 
 
 @dataclass(frozen=True, slots=True)
