@@ -9,7 +9,7 @@ from tests.conftest import PROJECT
 def test_the_readme_tool_reference_matches_the_tool_schemas():
     readme = (PROJECT / "README.md").read_text(encoding="utf-8")
     block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert block == "\n" + reference(snapshot_tools()), "run: python -m server.docs --write"
+    assert block == "\n" + reference(snapshot_tools()), "run: python -m context_paging.server.docs --write"
 
 
 def test_the_readme_shows_the_two_front_door_commands():
