@@ -6,11 +6,22 @@ session file. Numbers use fixed en-US grouping; a missing value prints ``unavail
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 LABEL_WIDTH = 21
+
+
+def _whole(value: Any) -> Any:
+    # Estimates carry fractions (characters/4, calibration ratios); a token count is reported
+    # whole, rounded up so an estimate never reads as fitting when it does not.
+    return math.ceil(value) if isinstance(value, float) and math.isfinite(value) else value
+
+
+Tokens = Annotated[int, BeforeValidator(_whole)]
+"""A token count as an int, whatever arithmetic produced it (``128000.0`` becomes ``128000``)."""
 
 
 class Stats(BaseModel):
@@ -22,10 +33,10 @@ class Stats(BaseModel):
     enabled: bool
     stored_bytes: int | None
     history_tokens: int | None
-    input_tokens: float | None
+    input_tokens: Tokens | None
     input_measured: bool
-    budget_tokens: float | None
-    model_window: float | None
+    budget_tokens: Tokens | None
+    model_window: Tokens | None
     cache_read_tokens: int | None
     cache_write_tokens: int | None
     mode: str | None = None

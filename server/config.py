@@ -74,6 +74,11 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
     "distill": {
         f.name: (f.default, partial(check_setting, f.name)) for f in fields(DistillConfig)
     },
+    "server": {
+        # "recovery" lists only the model-facing recovery tools (chat clients never call
+        # select_context, and every listed definition costs the model tokens on each request).
+        "tools": ("all", _choice("all", "recovery")),
+    },
     "sources": {
         "pi": ("~/.pi/agent/sessions", _directory),
         "claude_code": ("~/.claude/projects", _directory),

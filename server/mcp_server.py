@@ -23,13 +23,14 @@ from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from context_paging import __version__
 from context_paging.index.catalog import SessionSummary
 from context_paging.index.context import ContextSettings
 from context_paging.index.discovery import SessionRefError
 from context_paging.index.ledger import LedgerError
 from context_paging.index.navigator import NavigatorError, dumps
-from context_paging.index.service import History
-from context_paging.index.stats import Stats
+from context_paging.index.service import History, SearchReply
+from context_paging.index.stats import Stats, Tokens
 from context_paging.index.stats import render as render_stats
 from context_paging.index.store import IndexBusy
 from context_paging.paging.distill import DistillConfig
@@ -50,15 +51,21 @@ browse_history to walk around a hit, load_history for whole items, read_context_
 outputs page by page, and recall for the original of a tool output that was shortened. Replies \
 are compact; each one says how to get more."""
 
+# What ``serve --tools recovery`` lists: the tools a model calls. select_context is the host's
+# (chat clients never call it) and paging_stats is a report for people (`context-paging stats`).
+RECOVERY_TOOLS = frozenset({"search_history", "browse_history", "load_history",
+                            "read_context_output", "recall", "list_sessions"})
+TOOL_SETS = ("all", "recovery")
+
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 HOST_TOOL = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
 SessionArg = Annotated[
     str | None,
     Field(
-        description="Session reference: 'claude:<id>', 'pi:<id>', 'codex:<id>', 'ledger:<id>', a "
-        "bare id, or a path inside a session root. Default: the session select_context last saw, "
-        "else the newest session run in the server's working directory.",
+        description="A reference from list_sessions ('claude:<id>', 'pi:<id>', 'codex:<id>', "
+        "'ledger:<id>') or a bare id. Default: the current session (the newest in the server's "
+        "working directory).",
         max_length=4096,
     ),
 ]
@@ -121,9 +128,9 @@ class Usage(BaseModel):
 class SelectContextResult(BaseModel):
     messages: list[dict[str, Any]] = Field(description="The window to send, in the input format")
     mode: Literal["within_budget", "paged", "protected_overflow", "recovery", "disabled"]
-    estimated_tokens: float
-    budget_tokens: float
-    target_tokens: float
+    estimated_tokens: Tokens
+    budget_tokens: Tokens
+    target_tokens: Tokens
     evicted_messages: int
     frontier: dict[str, Any] | None
     fallback_reason: str | None
@@ -144,6 +151,36 @@ class ToolFailure(Exception):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
+
+
+def search_result(reply: SearchReply) -> SearchResult:
+    """search_history's reply (also ``context-paging search --json``)."""
+    return SearchResult(
+        references=[Reference(**r) for r in reply.references], items=reply.items,
+        unloaded_history_ids=reply.unloaded_history_ids, note=reply.note,
+    )
+
+
+def browse_result(references: list[dict[str, Any]], note: str | None) -> BrowseResult:
+    """browse_history's reply (also ``context-paging browse --json``)."""
+    return BrowseResult(references=[Reference(**r) for r in references], note=note)
+
+
+def untitled(schema: Any) -> Any:
+    """A JSON schema without its ``title`` annotations (a property named "title" stays)."""
+    if isinstance(schema, list):
+        return [untitled(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: untitled(sub) for name, sub in value.items()}
+        else:
+            out[key] = untitled(value)
+    return out
 
 
 def _reply(model: BaseModel) -> CallToolResult:
@@ -202,12 +239,20 @@ def make_history(settings: Settings) -> History:
     return History(settings.roots, settings.home, context, text_counter)
 
 
-def create_server(settings: Settings, history: History | None = None) -> MCPServer:
+def create_server(settings: Settings, history: History | None = None,
+                  tools: str | None = None) -> MCPServer:
+    """The server; ``tools`` is "all" or "recovery" (default: the ``[server] tools`` setting)."""
     history = history or make_history(settings)
+    tool_set = tools or settings.get("server", "tools")
+    if tool_set not in TOOL_SETS:
+        raise ValueError(f"tools must be one of {TOOL_SETS}, not {tool_set!r}")
     lock = threading.Lock()
-    server = MCPServer("context-paging", instructions=INSTRUCTIONS, version="0.1.0",
+    server = MCPServer("context-paging", instructions=INSTRUCTIONS, version=__version__,
                        log_level="WARNING")
     server.history = history  # type: ignore[attr-defined]  # for tests and the ledger
+    # Held while a History call runs; ``serve`` takes it on Ctrl-C so a ledger append or an
+    # index commit finishes before the process exits.
+    server.history_lock = lock  # type: ignore[attr-defined]
 
     async def run(fn: Callable[..., T], *args: Any, recovery: bool = True, **kwargs: Any) -> T:
         """Run a blocking History call in a worker thread, one at a time, mapping errors."""
@@ -248,8 +293,15 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
                 except ToolFailure as exc:
                     return _error(exc)
 
+            if tool_set == "recovery" and fn.__name__ not in RECOVERY_TOOLS:
+                return fn
             description = " ".join((fn.__doc__ or "").split())
             server.tool(title=title, description=description, annotations=annotations)(wrapper)
+            # pydantic titles every schema ("title": "Query", "search_historyArguments"); a
+            # client sends the input schema to the model on every request and the titles only
+            # repeat the names, so they go (the SDK keeps no other copy of the schema).
+            registered = server._tool_manager.get_tool(fn.__name__)
+            registered.parameters = untitled(registered.parameters)
             return fn
 
         return register
@@ -265,8 +317,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
 
     @tool("Search History")
     async def search_history(
-        query: Annotated[str, Field(max_length=200, description="Words, identifiers, paths or "
-                                    "error text to find. Empty string lists items oldest first.")],
+        query: Annotated[str, Field(max_length=200, description="Text to find; an empty "
+                                    "string lists items oldest first")],
         ctx: Context,
         session: SessionArg = None,
         scope: Annotated[Literal["session", "project", "all"], Field(
@@ -283,18 +335,14 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         load: Annotated[bool, Field(
             description="Also return the first three items in full")] = False,
     ) -> Annotated[CallToolResult, SearchResult]:
-        """Find earlier items of a session by words, identifiers, paths or error text (BM25).
-        Returns compact references (history_id, preview, tools, files); with load=true also the
-        first three items in full. Follow up with load_history, browse_history or
-        read_context_output."""
+        """Find earlier history items by words, identifiers, paths or error text. Returns
+        references (history_id, preview, tools, files); follow up with load_history or
+        browse_history."""
         reply = await run(
             history.search, query, session, scope, files or (), tools or (), failed, limit, load,
             progress_reporter(ctx),
         )
-        return _reply(SearchResult(
-            references=[Reference(**r) for r in reply.references], items=reply.items,
-            unloaded_history_ids=reply.unloaded_history_ids, note=reply.note,
-        ))
+        return _reply(search_result(reply))
 
     @tool("Browse History")
     async def browse_history(
@@ -307,22 +355,21 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         stride: Annotated[int, Field(ge=1, le=10, description="Step between items")] = 1,
         session: SessionArg = None,
     ) -> Annotated[CallToolResult, BrowseResult]:
-        """Walk a session's history from an anchor (or from the newest/oldest end without one) and
-        return compact references. Use load_history for whole items."""
+        """List references to the items around an anchor, or from the newest (backward) or
+        oldest (forward) end without one."""
         references, note = await run(
             history.browse, session, direction=direction, history_id=history_id,
             sequence=sequence, count=count, stride=stride,
         )
-        return _reply(BrowseResult(references=[Reference(**r) for r in references], note=note))
+        return _reply(browse_result(references, note))
 
     @tool("Load History")
     async def load_history(
         history_ids: Annotated[list[HistoryId], Field(min_length=1, max_length=3)],
         session: SessionArg = None,
     ) -> Annotated[CallToolResult, LoadResult]:
-        """Return up to three history items exactly, in the order asked. Private blocks
-        (thinking) are null at their original content index. For long outputs use
-        read_context_output."""
+        """Return up to three history items exactly. Hidden blocks (thinking) are null. For long
+        outputs use read_context_output."""
         items = await run(history.load, session, history_ids)
         return _reply(LoadResult(items=items))
 
@@ -338,8 +385,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         limit: Annotated[int, Field(ge=1, le=2000)] = 2000,
         session: SessionArg = None,
     ) -> Annotated[CallToolResult, OutputPage]:
-        """Read one assistant block or one whole tool result as exact JSON, one page at a time.
-        Repeat with offset=next_offset until next_offset is null."""
+        """Read one assistant block or tool result as exact JSON, a page at a time; repeat with
+        offset=next_offset until it is null."""
         page = await run(
             history.read_output, session, history_id=history_id, source=source,
             content_index=content_index, tool_call_id=tool_call_id, offset=offset, limit=limit,
@@ -359,9 +406,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         limit: Annotated[int | None, Field(ge=1, le=2000, description="Lines to return")] = None,
         session: SessionArg = None,
     ) -> Annotated[CallToolResult, RecallResult]:
-        """Return the original text of a tool output (or of an exchange) that was shortened or
-        left the window. At most 2,000 lines or 50 KB per call; the reply says how to continue.
-        Images come back as images."""
+        """Return the original of a shortened tool output or an omitted exchange, optionally
+        only the lines matching a pattern. The reply says how to continue."""
         recalled = await run(
             history.recall, session, tool_call_id=tool_call_id, history_id=history_id,
             pattern=pattern, offset=offset, limit=limit,
@@ -384,7 +430,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         limit: Annotated[int, Field(ge=1, le=100)] = 20,
     ) -> Annotated[CallToolResult, SessionsResult]:
         """List Pi, Claude Code and Codex sessions, newest first, with the reference to pass as
-        session to the other tools."""
+        session."""
         summaries = await run(history.list_sessions, source, project, limit)
         return _reply(SessionsResult(sessions=summaries))
 
