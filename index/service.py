@@ -35,6 +35,18 @@ Progress = Callable[[float, float | None, str], None]
 LOADED_BY_SEARCH = 3
 
 
+class NoSessionGiven(SessionRefError):
+    """No session was named and none is implied; ``cwd`` is where one was looked for (the CLI
+    words this for the terminal, the tools for the model)."""
+
+    def __init__(self, cwd: str) -> None:
+        super().__init__(
+            "no session given, select_context has not been called, and no session ran in "
+            f"{cwd}; pass session (for example 'claude:<id>' from list_sessions)"
+        )
+        self.cwd = cwd
+
+
 @dataclass(frozen=True, slots=True)
 class SearchReply:
     references: list[dict[str, Any]]
@@ -151,10 +163,7 @@ class History:
                     return found.ref
             except (OSError, UnknownFormat):
                 continue
-        raise SessionRefError(
-            "no session given, select_context has not been called, and no session ran in "
-            f"{cwd}; pass session (for example 'claude:<id>' from list_sessions)"
-        )
+        raise NoSessionGiven(cwd)
 
     def stats(self, ref: str | None, enabled: bool = True) -> Stats:
         ref = self.resolve_default(ref)
@@ -162,7 +171,7 @@ class History:
             self.ledger.open(ref)  # a clear error for an unknown ledger session
             return self.context.stats(ref, enabled)
         found, session = self.catalog.session(ref)
-        return file_stats(found.ref, session, enabled)
+        return file_stats(found.ref, session, enabled, self._context_settings.token_budget)
 
     def list_sessions(
         self, source: str | None = None, project: str | None = None, limit: int = 20
@@ -312,9 +321,11 @@ def might_have_run_in(found: SessionFileRef, cwd: str) -> bool:
     return True
 
 
-def file_stats(ref: str, session: SessionFile, enabled: bool = True) -> Stats:
+def file_stats(ref: str, session: SessionFile, enabled: bool = True,
+               budget: int | None = None) -> Stats:
     """The §8 report for an agent's session file (its active path; thinking is not kept, so it
-    is not counted)."""
+    is not counted). ``budget`` is the configured paging budget, the one a window of this
+    session would be held to."""
     conversation = session.conversation
     chars = 0
     last_usage = None
@@ -328,7 +339,7 @@ def file_stats(ref: str, session: SessionFile, enabled: bool = True) -> Stats:
         history_tokens=-(-chars // 4),
         input_tokens=(last_usage.input + last_usage.cache_read + last_usage.cache_write)
         if last_usage else None,
-        input_measured=last_usage is not None, budget_tokens=None, model_window=None,
+        input_measured=last_usage is not None, budget_tokens=budget, model_window=None,
         cache_read_tokens=usage.cache_read if usage else None,
         cache_write_tokens=usage.cache_write if usage else None,
     )

@@ -9,20 +9,27 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
+from context_paging import __version__
 from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import SessionRefError
 from context_paging.index.navigator import NavigatorError
-from context_paging.server import clients
+from context_paging.server import clients, terminal
 from context_paging.server.config import Settings, load_settings
+from context_paging.server.terminal import print_json, render_references
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     summaries = Catalog(settings.roots).summaries(args.source, args.project)[: args.limit]
+    if args.json:
+        print_json({"sessions": [s.model_dump() for s in summaries]})
+        return 0
     if not summaries:
         roots = ", ".join(f"{k}={v}" for k, v in settings.roots.items())
         print(f"No sessions found under the configured roots ({roots}).")
@@ -61,11 +68,45 @@ def _history(settings: Settings):
     return make_history(settings)
 
 
+SERVE_ON_A_TERMINAL = (
+    "context-paging: this is an MCP server speaking JSON-RPC on stdin/stdout for an MCP client "
+    "to start; register it with `context-paging install-config --client claude-code` (or "
+    "claude-desktop, cursor, vscode). Ctrl-C stops it."
+)
+
+
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.server.mcp_server import create_server
 
-    create_server(settings).run()
+    server = create_server(settings, tools=args.tools)
+    _stop_on_interrupt(server.history, server.history_lock)
+    if sys.stdin.isatty():  # a person ran it by hand: say what it is instead of sitting silent
+        print(SERVE_ON_A_TERMINAL, file=sys.stderr, flush=True)
+    server.run()
     return 0
+
+
+def _stop_on_interrupt(history, lock: threading.Lock) -> None:
+    """Ctrl-C (SIGINT) ends ``serve`` at once, with status 130 and no traceback.
+
+    The stdio transport reads stdin in a worker thread that no signal interrupts, so the default
+    KeyboardInterrupt would wait for a line that never comes. Instead the handler lets a History
+    call in progress finish (a ledger append, an index commit; at most 5 s), closes the index
+    and exits. A second Ctrl-C during that wait exits immediately. EOF on stdin and SIGTERM are
+    left as they were: the first ends the session cleanly, the second the process.
+    """
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        if lock.acquire(timeout=5):
+            try:
+                history.close()
+            except Exception:  # exiting anyway; the index repairs itself on the next start
+                pass
+        sys.stderr.flush()
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
@@ -77,14 +118,15 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         )
     finally:
         history.close()
+    if args.json:
+        from context_paging.server.mcp_server import search_result
+
+        print_json(search_result(reply).model_dump())
+        return 0 if reply.references else 1
     if not reply.references:
         print(f"No match for {args.query!r}.")
         return 1
-    for ref in reply.references:
-        flags = " failed" if ref["failed"] else ""
-        tools = f" [{', '.join(ref['tools'][:4])}]" if ref["tools"] else ""
-        print(f"{ref['session']}  {ref['history_id']}  #{ref['sequence']} {ref['kind']}{flags}"
-              f"{tools}\n    {ref['preview']}")
+    print(render_references(reply.references))
     if reply.note:
         print(reply.note)
     return 0
@@ -136,9 +178,15 @@ def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
     history = _history(settings)
     try:
-        print(render(history.stats(args.session, settings.paging_enabled)))
+        stats = history.stats(args.session, settings.paging_enabled)
     finally:
         history.close()
+    if args.json:
+        from context_paging.server.mcp_server import StatsResult
+
+        print_json(StatsResult(text=render(stats), **stats.as_dict()).model_dump())
+        return 0
+    print(render(stats))
     return 0
 
 
@@ -156,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--home", help="data directory (default: $CONTEXT_PAGING_HOME or "
                         "~/.local/share/context-paging)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a setting for this run, "
@@ -166,9 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--source", choices=("pi", "claude", "codex"))
     sessions.add_argument("--project", help="only sessions whose working directory is this path")
     sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--json", action="store_true", help="the list as JSON")
     sessions.set_defaults(run=_cmd_sessions)
 
     serve = commands.add_parser("serve", help="run the MCP server over stdio")
+    serve.add_argument("--tools", choices=("all", "recovery"), help="all tools, or only the "
+                       "model's recovery tools (default: the [server] tools setting, 'all')")
     serve.set_defaults(run=_cmd_serve)
 
     search = commands.add_parser("search", help="search session history")
@@ -179,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--tool", action="append", help="only turns that called this tool")
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None)
     search.add_argument("--limit", type=int, default=5, choices=range(1, 11), metavar="1-10")
+    search.add_argument("--json", action="store_true", help="the search_history reply as JSON")
     search.set_defaults(run=_cmd_search)
 
     index = commands.add_parser("index", help="bring the search index up to date")
@@ -196,7 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser("stats", help="saved history, latest request and cache totals")
     stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")
+    stats.add_argument("--json", action="store_true", help="the paging_stats reply as JSON")
     stats.set_defaults(run=_cmd_stats)
+    terminal.add_commands(commands)
 
     demo = commands.add_parser("demo", help="run the main job on bundled sample data")
     demo.set_defaults(run=_cmd_demo)
@@ -228,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args, settings)
     except (SessionRefError, NavigatorError) as exc:
-        print(f"context-paging: {exc}", file=sys.stderr)
+        print(f"context-paging: {terminal.terminal_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -109,15 +109,23 @@ def server_entry(
     prefix: list[str],
     home: str | None,
     environ: Mapping[str, str],
+    tools: str = "recovery",
 ) -> dict[str, Any]:
-    """One server entry in ``client``'s shape."""
+    """One server entry in ``client``'s shape.
+
+    The home is written once: a ``--home`` given here wins over ``$CONTEXT_PAGING_HOME`` (as it
+    does on the command line), else the environment's home is passed on; either way absolute.
+    ``tools`` is the tool set ``serve`` lists; chat clients never call select_context.
+    """
     args = [*prefix]
     if home:
         args += ["--home", _absolute(home)]
     args.append("serve")
+    if tools != "all":
+        args += ["--tools", tools]
     entry: dict[str, Any] = {"type": "stdio"} if CLIENTS[client].typed else {}
     entry.update(command=command, args=args)
-    if environ.get(ENV_HOME):
+    if not home and environ.get(ENV_HOME):
         entry["env"] = {ENV_HOME: _absolute(environ[ENV_HOME])}
     return entry
 
@@ -213,6 +221,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the server's name in the client (default: {DEFAULT_NAME})")
     parser.add_argument("--home", dest="server_home", metavar="DIR",
                         help="the data directory the configured server uses (passed as --home)")
+    parser.add_argument("--tools", choices=("recovery", "all"), default="recovery",
+                        help="the tools the server lists: the model's recovery tools (default; "
+                        "chat clients never call select_context) or all, for an agent host")
 
 
 def run(
@@ -225,7 +236,8 @@ def run(
     client = CLIENTS[args.client]
     command, prefix = server_command()
     home = args.server_home or getattr(args, "home", None)
-    entry = server_entry(args.client, command, prefix, home, os.environ)
+    entry = server_entry(args.client, command, prefix, home, os.environ,
+                         getattr(args, "tools", "recovery"))
     path = args.config or default_path(args.client)
     if not args.write:
         emit(json.dumps(config_document(args.client, name, entry), indent=2, ensure_ascii=False))

@@ -109,13 +109,15 @@ def recover(history: History, ref: str, emit: Emit) -> int:
     item = history.load(ref, [turn["history_id"]])[0]
     result = item["tool_results"][0]
     text = "".join(b["text"] for b in result["content"] if b and b.get("type") == "text")
-    emit(f"\n$ load_history history_ids=[{turn['history_id']!r}]")
-    emit(f"  {result['tool_name']} output, exact: {len(text):,} characters, "
-          f"{text.count(chr(10)) + 1} lines")
+    # read_context_output pages the result as exact JSON (its text plus quoting and fields), so
+    # the size shown for the loaded output is that same count: one number for one output.
     page = history.read_output(ref, history_id=turn["history_id"], source="tool_result",
                                tool_call_id=result["tool_call_id"], offset=0, limit=2000)
+    emit(f"\n$ load_history history_ids=[{turn['history_id']!r}]")
+    emit(f"  {result['tool_name']} output, exact: {text.count(chr(10)) + 1} lines, "
+         f"{page['total_characters']:,} characters as JSON")
     emit(f"\n$ read_context_output offset=0 limit=2000 → {len(page['text']):,} of "
-          f"{page['total_characters']:,} characters, next_offset={page['next_offset']}")
+         f"{page['total_characters']:,} characters, next_offset={page['next_offset']}")
     recalled = history.recall(ref, tool_call_id=result["tool_call_id"], pattern="ERROR")
     emit(f"\n$ recall tool_call_id={result['tool_call_id']!r} pattern='ERROR'")
     emit(textwrap.indent(recalled.text, "  "))

@@ -60,14 +60,16 @@ def test_each_client_gets_its_documented_shape_with_an_absolute_command(client, 
     entry = document[key]["context-paging"]
     command = entry.pop("command")
     assert os.path.isabs(command)
-    assert entry == ({"type": "stdio"} if typed else {}) | {"args": ["serve"]}
+    assert entry == ({"type": "stdio"} if typed else {}) | {"args": ["serve", "--tools",
+                                                                      "recovery"]}
 
 
 def test_the_console_script_on_path_is_named_by_its_absolute_path(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("CONTEXT_PAGING_HOME")
     monkeypatch.setattr(clients.shutil, "which", lambda name: f"bin/{name}")
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
-    assert entry == {"command": str(tmp_path / "bin" / "context-paging"), "args": ["serve"]}
+    assert entry == {"command": str(tmp_path / "bin" / "context-paging"),
+                     "args": ["serve", "--tools", "recovery"]}
 
 
 def test_without_a_console_script_the_one_beside_python_or_python_itself_is_used(
@@ -79,21 +81,40 @@ def test_without_a_console_script_the_one_beside_python_or_python_itself_is_used
     bin_dir.mkdir(parents=True)
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
-    assert entry == {"command": str(bin_dir / "python"), "args": ["-m", "context_paging", "serve"]}
+    assert entry == {"command": str(bin_dir / "python"), "args": ["-m", "context_paging", "serve", "--tools", "recovery"]}
     (bin_dir / "context-paging").write_text("#!/bin/sh\n")
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
-    assert entry == {"command": str(bin_dir / "context-paging"), "args": ["serve"]}
+    assert entry == {"command": str(bin_dir / "context-paging"),
+                     "args": ["serve", "--tools", "recovery"]}
 
 
-def test_home_becomes_an_absolute_flag_before_serve_and_the_environment_home_is_passed_on(
+def test_a_home_flag_wins_over_the_environment_and_is_written_once_and_absolute(
     capsys, tmp_path, _private_home
 ):
-    entry = printed(capsys, "--client", "vscode", "--home", "data")["servers"]["context-paging"]
-    assert entry["args"] == ["--home", str(tmp_path / "data"), "serve"]
-    assert entry["env"] == {"CONTEXT_PAGING_HOME": str(_private_home)}
+    assert os.environ["CONTEXT_PAGING_HOME"] == str(_private_home)  # set, and disagreeing
+    entry = printed(capsys, "--client", "vscode", "--home", "./data")["servers"]["context-paging"]
+    assert entry["args"] == ["--home", str(tmp_path / "data"), "serve", "--tools", "recovery"]
+    assert "env" not in entry
     # The CLI's own --home (before the subcommand) counts too.
     entry = printed(capsys, "--client", "cursor", home="elsewhere")["mcpServers"]["context-paging"]
-    assert entry["args"] == ["--home", str(tmp_path / "elsewhere"), "serve"]
+    assert entry["args"] == ["--home", str(tmp_path / "elsewhere"), "serve", "--tools",
+                             "recovery"]
+    assert "env" not in entry
+
+
+def test_without_a_home_flag_the_environment_home_is_passed_on_absolute(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CONTEXT_PAGING_HOME", "rel/home")
+    entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
+    assert entry["env"] == {"CONTEXT_PAGING_HOME": str(tmp_path / "rel" / "home")}
+    assert "--home" not in entry["args"]
+
+
+def test_an_agent_host_can_ask_for_every_tool(capsys, monkeypatch):
+    monkeypatch.delenv("CONTEXT_PAGING_HOME")
+    entry = printed(capsys, "--client", "cursor", "--tools", "all")["mcpServers"]["context-paging"]
+    assert entry["args"] == ["serve"]
 
 
 def test_claude_code_also_gets_the_claude_mcp_add_command(capsys, monkeypatch):
@@ -101,7 +122,8 @@ def test_claude_code_also_gets_the_claude_mcp_add_command(capsys, monkeypatch):
     assert install("--client", "claude-code", "--name", "history") == 0
     out, err = capsys.readouterr()
     command = json.loads(out)["mcpServers"]["history"]["command"]
-    assert f"claude mcp add --transport stdio history -- {command} serve" in err
+    assert (f"claude mcp add --transport stdio history -- {command} serve --tools recovery"
+            in err)
 
 
 def test_default_locations_follow_each_client_and_platform(tmp_path):
