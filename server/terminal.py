@@ -14,16 +14,18 @@ import re
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from context_paging.index.navigator import NavigatorError
-from context_paging.index.service import History, NoSessionGiven
 from context_paging.server.config import Settings
+
+if TYPE_CHECKING:
+    from context_paging.index.service import History
 
 SHOWN_RESULT_LINES = 40  # tool output lines ``show`` prints before pointing at ``recall``
 
 
-def _history(settings: Settings) -> History:
+def _history(settings: Settings) -> "History":
     from context_paging.server.mcp_server import make_history
 
     return make_history(settings)
@@ -57,6 +59,8 @@ _TERMINAL_WORDING = [
 
 def terminal_message(exc: Exception) -> str:
     """An error as a person at the terminal should read it."""
+    from context_paging.index.service import NoSessionGiven  # not at import: --version stays quick
+
     if isinstance(exc, NoSessionGiven):
         return (f"no session given and none ran in {exc.cwd}: pass --session REF "
                 "(see `context-paging sessions`)")

@@ -19,6 +19,10 @@ def test_the_demo_pages_the_sample_session_and_recovers_the_evicted_error(capsys
     assert distilled > 0
     assert "[distilled] The output of bash `pytest -q tests/ --count=25" in out
     assert "passed in" in out.split("as the model now sees it")[1]
+    # One size for one output: what load_history shows is what read_context_output pages.
+    loaded = out.split("output, exact: ")[1].split(" characters as JSON")[0].split(", ")[1]
+    paged = out.split("→ 2,000 of ")[1].split(" characters")[0]
+    assert loaded == paged == "72,925"
 
 
 @pytest.fixture

@@ -61,3 +61,4 @@ async def test_the_installed_server_lists_tools_and_searches_over_stdio(tmp_path
                 assert len(model.prompts) == 1
     stderr = stderr_path.read_text()
     assert "Traceback" not in stderr, stderr
+    assert "speaking JSON-RPC" not in stderr  # the terminal hint is for terminals only
