@@ -18,6 +18,7 @@ from context_paging import __version__
 from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import SessionRefError
 from context_paging.index.navigator import NavigatorError
+from context_paging.index.store import IndexBusy
 from context_paging.server import clients, terminal
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.terminal import print_json, render_references
@@ -285,6 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SessionRefError, NavigatorError) as exc:
         print(f"context-paging: {terminal.terminal_message(exc)}", file=sys.stderr)
         return 2
+    except IndexBusy as exc:  # another process is indexing: say so, and that a retry will do
+        print(f"context-paging: {exc}; try again in a moment", file=sys.stderr)
+        return 75  # EX_TEMPFAIL
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into head(1) or a pager that quit: not an error

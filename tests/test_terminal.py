@@ -191,3 +191,18 @@ def test_stats_of_an_agent_session_show_the_configured_budget(home, capsys):
     out = capsys.readouterr().out
     assert "Paging budget        64,000   (16.6% used)" in out
     assert "unavailable" in out.split("Model window")[1].splitlines()[0]
+
+
+def test_a_busy_index_is_a_retryable_error_not_a_traceback(home, capsys, monkeypatch):
+    from context_paging.index.service import History
+    from context_paging.index.store import IndexBusy
+
+    def busy(*args, **kwargs):
+        raise IndexBusy("the search index /x is being written by another process; gave up "
+                        "after 10 s")
+
+    monkeypatch.setattr(History, "search", busy)
+    assert main(["search", "anything", "--session", REF]) == 75
+    assert capsys.readouterr().err == (
+        "context-paging: the search index /x is being written by another process; gave up "
+        "after 10 s; try again in a moment\n")
