@@ -77,8 +77,9 @@ def main() -> None:
     for row in rows:
         print("| " + " | ".join(row) + " |")
     if before:
-        print(f"\nrecovery-only / before-all: {sum(after_recovery.values()) / sum(before.values()):.2f}"
-              f"; all / before-all: {sum(after_all.values()) / sum(before.values()):.2f}"
+        old = sum(before.values())
+        print(f"\nrecovery-only / before-all: {sum(after_recovery.values()) / old:.2f}"
+              f"; all / before-all: {sum(after_all.values()) / old:.2f}"
               f"; recovery tools set {sorted(RECOVERY_TOOLS)}")
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 SHOWN_RESULT_LINES = 40  # tool output lines ``show`` prints before pointing at ``recall``
 
 
-def _history(settings: Settings) -> "History":
+def _history(settings: Settings) -> History:
     from context_paging.server.mcp_server import make_history
 
     return make_history(settings)
@@ -50,7 +50,8 @@ _TERMINAL_WORDING = [
      "use a tool call id from `context-paging show` or the paging notice"),
     (re.compile(r"list sessions \(the list_sessions tool or `context-paging sessions`\)"),
      "run `context-paging sessions`"),
-    (re.compile(r"give history_id or sequence, not both"), "give --history-id or --sequence, not both"),
+    (re.compile(r"give history_id or sequence, not both"),
+     "give --history-id or --sequence, not both"),
     (re.compile(r"\bcontent_index (\d+)"), r"--content-index \1"),
     (re.compile(r"\bsequence (\d+) is outside"), r"--sequence \1 is outside"),
     (re.compile(r"\boffset (\d+) is (past|beyond) the end"), r"--offset \1 is \2 the end"),

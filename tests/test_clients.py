@@ -81,7 +81,8 @@ def test_without_a_console_script_the_one_beside_python_or_python_itself_is_used
     bin_dir.mkdir(parents=True)
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
-    assert entry == {"command": str(bin_dir / "python"), "args": ["-m", "context_paging", "serve", "--tools", "recovery"]}
+    assert entry == {"command": str(bin_dir / "python"),
+                     "args": ["-m", "context_paging", "serve", "--tools", "recovery"]}
     (bin_dir / "context-paging").write_text("#!/bin/sh\n")
     entry = printed(capsys, "--client", "cursor")["mcpServers"]["context-paging"]
     assert entry == {"command": str(bin_dir / "context-paging"),
