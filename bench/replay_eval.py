@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         slowest = max(done, key=lambda r: r.seconds, default=None)
         if slowest is not None:
             print(f"slowest replay: {Path(slowest.session).name} {slowest.seconds:.1f} s "
-                  f"({len(slowest.rows)} requests)")
+                  f"({slowest.cpu_seconds:.1f} s CPU, {len(slowest.rows)} requests)")
     print(f"\nall replays: {time.perf_counter() - started:.0f} s")
 
 

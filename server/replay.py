@@ -92,7 +92,8 @@ class Replay:
     sent: dict[str, list[Sent]]  # per strategy, every request (compaction: summary calls too)
     distillation: dict[str, Any]
     recoverability: dict[str, Any]
-    seconds: float
+    seconds: float  # wall time
+    cpu_seconds: float  # this process's CPU time (what the replay costs on an idle machine)
     refused: list[tuple[int, str]] = field(default_factory=list)
 
     def totals(self) -> dict[str, Any]:
@@ -130,7 +131,7 @@ class Replay:
             "distillation": self.distillation,
             "recoverability": self.recoverability,
             "refused": [{"request": i, "error": e} for i, e in self.refused],
-            "seconds": self.seconds,
+            "seconds": self.seconds, "cpu_seconds": self.cpu_seconds,
         }
 
 
@@ -229,7 +230,7 @@ def estimator(name: str) -> Callable[[dict[str, Any]], float]:
 
 def replay(path: str, options: ReplayOptions = ReplayOptions(),
            progress: Callable[[int, int], None] | None = None) -> Replay:
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     history_messages, messages = session_messages(path)
     ends = request_ends(messages)
     estimate = estimator(options.estimator)
@@ -297,7 +298,8 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
     }
     return Replay(path, options, rows,
                   {"full": full, "compaction": compacted_sent, "window": window_sent},
-                  distillation, recoverability, time.perf_counter() - started, refused)
+                  distillation, recoverability, time.perf_counter() - started,
+                  time.process_time() - cpu, refused)
 
 
 def _counter_factory(name: str) -> Callable[[], Any]:

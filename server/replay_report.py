@@ -127,7 +127,7 @@ def render(replay: Replay, requests: bool = True) -> str:
                      f"full request); first: request {replay.refused[0][0] + 1}: "
                      f"{replay.refused[0][1]}")
     parts.append(chart(replay))
-    parts.append(f"replayed in {replay.seconds:.1f} s")
+    parts.append(f"replayed in {replay.seconds:.1f} s ({replay.cpu_seconds:.1f} s CPU)")
     return "\n\n".join(parts)
 
 
