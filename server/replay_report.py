@@ -27,7 +27,8 @@ def _table(rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
 
 
 def request_table(replay: Replay) -> str:
-    rows = [("REQ", "MSGS", "FULL", "COMPACTION", "WINDOW", "PREFIX", "MODE", "EVENT")]
+    rows = [("REQ", "MSGS", "FULL", "COMPACTION", "WINDOW", "PREFIX", "DISTILLED", "MODE",
+             "EVENT")]
     for r in replay.rows:
         events = []
         if r.cut_advanced:
@@ -40,9 +41,9 @@ def request_table(replay: Replay) -> str:
             events.append("baseline compacts")
         share = r.window.prefix / r.window.tokens if r.window.tokens else 0.0
         rows.append((str(r.index + 1), str(r.messages), _k(r.full.tokens),
-                     _k(r.compaction.tokens), _k(r.window.tokens), _pct(share), r.mode,
-                     ", ".join(events)))
-    return _table(rows, (True, True, True, True, True, True, False, False))
+                     _k(r.compaction.tokens), _k(r.window.tokens), _pct(share), str(r.distilled),
+                     r.mode, ", ".join(events)))
+    return _table(rows, (True, True, True, True, True, True, True, False, False))
 
 
 def totals_table(replay: Replay) -> str:
