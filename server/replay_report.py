@@ -10,7 +10,7 @@ MARKS = {"full": "F", "compaction": "C", "window": "W"}  # later ones are drawn 
 
 
 def _k(tokens: float) -> str:
-    return f"{tokens / 1000:,.1f}k"
+    return f"{tokens:,.0f}" if tokens < 10_000 else f"{tokens / 1000:,.1f}k"
 
 
 def _pct(share: float | None) -> str:
