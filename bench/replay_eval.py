@@ -15,6 +15,7 @@ full history of some request exceeds the budget):
 * recoverability at least 98 %.
 
     python bench/replay_eval.py [--estimator chars4|tiktoken] [--budgets 128000,24000]
+                                [--no-distill]
 """
 
 from __future__ import annotations
@@ -107,11 +108,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--estimator", choices=("chars4", "tiktoken"), default="chars4")
     parser.add_argument("--budgets", default="128000,24000")
+    parser.add_argument("--no-distill", action="store_true", help="paging alone")
     args = parser.parse_args(argv)
     files = sorted(args.fixtures.glob("*/*.jsonl"))
     started = time.perf_counter()
     for budget in (int(b) for b in args.budgets.split(",")):
-        options = ReplayOptions(budget=budget, estimator=args.estimator)
+        options = ReplayOptions(budget=budget, estimator=args.estimator,
+                                distill=not args.no_distill)
         rows = [HEADER]
         done: list[Replay] = []
         for path in files:
@@ -120,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 continue
             done.append(result)
             rows.append(row(path.stem[:48], result))
-        print(f"\n== budget {budget:,} (estimator {args.estimator}; F full history, "
+        print(f"\n== budget {budget:,} (estimator {args.estimator}, distillation "
+              f"{'off' if args.no_distill else 'on'}; F full history, "
               f"C compaction at 167k to 3.5k, W window) ==")
         print(table(rows))
         paging = [r for r in done if r.totals()["full"].peak > budget]

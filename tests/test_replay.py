@@ -255,3 +255,49 @@ def test_cli_replay_prints_the_report_and_json(tmp_path, capsys):
     assert len(data["requests"]) == 12
     assert set(data["totals"]) == {"full", "compaction", "window"}
     assert data["options"]["format"] == "pi"
+
+
+def test_requests_carry_a_result_for_every_call_and_ignore_the_agents_compaction(tmp_path):
+    # a call that never got its result, an orphan result, then a Pi compaction entry: the
+    # replay sends an error result for the call, leaves the orphan out, and keeps the messages
+    # the compaction summarised in every later request
+    lines = [{"type": "session", "version": 3, "id": "gen", "timestamp": "2026-01-01T00:00:00Z",
+              "cwd": "/w"}]
+
+    def add(entry: dict) -> None:
+        entry = {"id": f"e{len(lines)}", "parentId": lines[-1].get("id") if len(lines) > 1
+                 else None, "timestamp": "2026-01-01T00:00:00Z", **entry}
+        lines.append(entry)
+
+    add({"type": "message", "message": {"role": "user", "content": [
+        {"type": "text", "text": "a" * 400}]}})
+    add({"type": "message", "message": {"role": "assistant", "stopReason": "toolUse", "content": [
+        {"type": "toolCall", "id": "lost", "name": "bash", "arguments": {"command": "ls"}}]}})
+    add({"type": "message", "message": {"role": "user", "content": [
+        {"type": "text", "text": "b" * 400}]}})
+    add({"type": "message", "message": {"role": "toolResult", "toolCallId": "nobody",
+                                        "toolName": "bash", "content": [
+                                            {"type": "text", "text": "orphan"}]}})
+    add({"type": "message", "message": {"role": "assistant", "stopReason": "stop", "content": [
+        {"type": "text", "text": "c" * 200}]}})
+    add({"type": "compaction", "summary": "s" * 40, "firstKeptEntryId": lines[-1]["id"],
+         "tokensBefore": 300})
+    add({"type": "message", "message": {"role": "user", "content": [
+        {"type": "text", "text": "d" * 400}]}})
+    add({"type": "message", "message": {"role": "assistant", "stopReason": "stop", "content": [
+        {"type": "text", "text": "e" * 200}]}})
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    from context_paging.server.replay import request_ends, session_messages
+
+    originals, messages = session_messages(str(path))
+    assert [m["role"] for m in messages] == [
+        "user", "assistant", "toolResult", "user", "assistant", "user", "assistant"]
+    assert messages[2]["isError"] and originals[2] is None
+    assert request_ends(messages) == [1, 4, 6]
+    result = replay(str(path), ReplayOptions(estimator="chars4", distill=False))
+    assert result.refused == []
+    call = _tokens(len("bash") + len('{"command":"ls"}'))
+    error = _tokens(len("No result provided"))
+    assert [r.full.tokens for r in result.rows] == [
+        100, 100 + call + error + 100, 100 + call + error + 100 + 50 + 100]
