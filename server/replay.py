@@ -251,39 +251,31 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
     with tempfile.TemporaryDirectory(prefix="context-paging-replay-") as home:
         service = History({}, Path(home), settings, _counter_factory(options.estimator))
         try:
-            previous: list[dict[str, Any]] = []
-            previous_frontier = None
-            previous_distilled: set[str] = set()
-            window: list[dict[str, Any]] = []
+            last = _Window([], "", None, set())
             for n, end in enumerate(ends):
                 if progress:
                     progress(n, len(ends))
                 try:
                     reply = service.select_context(
                         LEDGER, messages[:end], fmt="pi", model_window=options.model_window)
+                    current = _Window.of(reply)
                 except Exception as exc:  # a request the selector refuses is reported, not fatal
                     refused.append((n, f"{type(exc).__name__}: {exc}"))
-                    reply = None
-                if reply is None:  # nothing sent differently: count the full request
-                    window, mode, frontier, distilled = messages[:end], "refused", None, set()
-                else:
-                    window, mode = reply["messages"], reply["mode"]
-                    frontier = reply["frontier"]
-                    distilled = {str(d.get("tool_call_id") or d.get("history_id"))
-                                 for d in reply["distilled"]}
-                sizes = [by_identity.get(id(m)) for m in window]
+                    current = _Window(messages[:end], "refused", None, set())  # sent whole
+                sizes = [by_identity.get(id(m)) for m in current.messages]
                 sizes = [s if s is not None else float(estimate(m))
-                         for s, m in zip(sizes, window)]
-                shared = common_prefix(previous, window)
-                advanced = frontier is not None and frontier != previous_frontier
+                         for s, m in zip(sizes, current.messages)]
+                shared = common_prefix(last.messages, current.messages)
+                advanced = current.frontier is not None and current.frontier != last.frontier
                 cause = "cut" if advanced else (
-                    "distillation" if distilled != previous_distilled else None)
+                    "distillation" if current.distilled != last.distilled else None)
                 sent = sent_after(window_sent[-1] if window_sent else None, sum(sizes),
                                   sum(sizes[:shared]), cause)
                 window_sent.append(sent)
-                rows.append(RequestRow(n, end, full[n], agent_requests[n], sent, mode, advanced,
-                                       len(distilled), compacted_before[n]))
-                previous, previous_frontier, previous_distilled = window, frontier, distilled
+                rows.append(RequestRow(n, end, full[n], agent_requests[n], sent, current.mode,
+                                       advanced, len(current.distilled), compacted_before[n]))
+                last = current
+            window = last.messages
             stats = service.stats(f"ledger:{LEDGER}") if ends else None
             recoverability = _recoverability(service, history_messages, messages, window,
                                              options) if ends else _no_lookups()
@@ -300,6 +292,21 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                   {"full": full, "compaction": compacted_sent, "window": window_sent},
                   distillation, recoverability, time.perf_counter() - started,
                   time.process_time() - cpu, refused)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """What one request sent under select_context, as far as the replay compares requests."""
+
+    messages: list[dict[str, Any]]
+    mode: str
+    frontier: Any  # the cut's frontier (None before the first cut)
+    distilled: set[str]  # tool call / history ids the window carries shortened
+
+    @classmethod
+    def of(cls, reply: dict[str, Any]) -> _Window:
+        return cls(reply["messages"], reply["mode"], reply["frontier"],
+                   {str(d.get("tool_call_id") or d.get("history_id")) for d in reply["distilled"]})
 
 
 def _counter_factory(name: str) -> Callable[[], Any]:
