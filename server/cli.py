@@ -256,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the main job on bundled sample data")
     demo.set_defaults(run=_cmd_demo)
+
+    from context_paging.server import replay_report
+
+    replay = commands.add_parser("replay", help="replay a recorded session through "
+                                 "select_context: tokens, cache cost, recoverability")
+    replay_report.add_arguments(replay)
+    replay.set_defaults(run=replay_report.run)
     return parser
 
 
