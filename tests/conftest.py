@@ -157,6 +157,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     skipped = sum(1 for report in terminalreporter.stats.get("skipped", ())
                   if isinstance(report.longrepr, tuple) and _SKIP_REASON in report.longrepr[2])
+    tests = "1 test that needs them was" if skipped == 1 else f"{skipped} tests that need them were"
     terminalreporter.write_line(
         f"recorded sessions: not found in {FIXTURES} (set {FIXTURES_ENV} to their folder); "
-        f"{skipped} tests that need them were skipped")
+        f"{tests} skipped")
