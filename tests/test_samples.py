@@ -18,7 +18,7 @@ from context_paging.index.model import HiddenBlock, ImageBlock, TextBlock, ToolC
 from context_paging.index.sources import claude, codex, detect, pi
 from context_paging.index.sources.pi import active_path, migrate
 from tests.conftest import SAMPLES_DIR, sample
-from tests.fixtures.make_samples import CLAUDE_SESSION, CHILD_THREAD, PARENT_THREAD, SAMPLES, render
+from tests.fixtures.make_samples import CHILD_THREAD, CLAUDE_SESSION, PARENT_THREAD, SAMPLES, render
 
 READERS = {"pi": pi, "claude": claude, "codex": codex}
 SOURCE = {"pi-v1": "pi", "pi-v3": "pi", "claude": "claude", "claude-subagent": "claude",
