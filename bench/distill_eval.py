@@ -33,6 +33,11 @@ from context_paging.paging.distill.decide import interpret
 from context_paging.paging.distill.model import Verdict
 from context_paging.paging.distill.render import format_chars, tool_label
 
+try:
+    from bench.recorded import require
+except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself is on the path
+    from recorded import require
+
 FIXTURES = Path("/work/shared/fixtures/distill-eval")
 _GREP_LINE = re.compile(r"^([^\s:][^:\n]*):(\d+):")
 
@@ -177,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    root: Path = args.fixtures
+    root: Path = require(args.fixtures, "the distill-eval set", "pass --fixtures DIR")
     config = DistillConfig()
     labels = json.loads((root / "labels.json").read_text())
     small = {s["name"]: s for s in json.loads((root / "data/small.json").read_text())["states"]}

@@ -11,7 +11,6 @@ undercounts — the risk upstream's W10 names for code, JSON and non-Latin text.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import Any
 
 from context_paging.index.model import ImageBlock, Message, TextBlock, ToolCall
@@ -20,7 +19,12 @@ from context_paging.paging.estimate import chars4_tokens
 from context_paging.paging.tokens import counted_tokens
 from context_paging.server.tokens import text_counter
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
+try:
+    from bench.recorded import require, sessions_folder
+except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself is on the path
+    from recorded import require, sessions_folder
+
+FIXTURES = sessions_folder()
 
 
 def pi_shaped(message: Message) -> dict[str, Any]:
@@ -41,6 +45,7 @@ def main() -> None:
     count = text_counter()
     if count is None:
         raise SystemExit("tiktoken's encoding is unavailable; nothing to compare")
+    require(FIXTURES)
     print(f"{'fixture':<62} {'chars/4':>9} {'tiktoken':>9} {'ratio':>6} {'median':>7}")
     all_c4 = all_tk = 0
     for path in sorted(FIXTURES.rglob("*.jsonl")):

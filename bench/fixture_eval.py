@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.distill_eval import ratio
+from bench.recorded import ENV, require, sessions_folder
 from context_paging.index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.sessions import load
 from context_paging.paging.distill import (
@@ -92,7 +93,7 @@ from context_paging.paging.distill import (
 from context_paging.paging.distill import plan_pass as plan_run_end
 from context_paging.paging.distill.conversation import Entry, role, run_starts, text_of, tool_calls
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
+FIXTURES = sessions_folder()
 MAX_LINES_PER_PIECE = 3
 MAX_MESSAGES_PER_PIECE = 6
 KINDS = ("grep", "read", "test/build log", "other shell", "other")
@@ -562,7 +563,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows: list[Scored] = []
     exchanges: list[ExchangeScored] = []
-    paths = sorted(args.fixtures.rglob("*.jsonl"))
+    paths = sorted(
+        require(args.fixtures, hint=f"pass --fixtures DIR or set {ENV}").rglob("*.jsonl"))
     runs = 0
     for path in paths:
         entries = session_entries(path)

@@ -24,7 +24,12 @@ from pathlib import Path
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.sessions import SessionFile, load
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions"
+try:
+    from bench.recorded import require, sessions_folder
+except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself is on the path
+    from recorded import require, sessions_folder
+
+FIXTURES = sessions_folder()
 
 
 def generate_pi_session(path: Path, megabytes: int) -> int:
@@ -126,7 +131,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    largest = max(FIXTURES.rglob("*.jsonl"), key=os.path.getsize)
+    largest = max(require(FIXTURES).rglob("*.jsonl"), key=os.path.getsize)
     measure(largest, args.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         generated = Path(tmp) / "generated-pi.jsonl"

@@ -43,6 +43,7 @@ from bench.fixture_eval import (
     run_end_prefixes,
     session_entries,
 )
+from bench.recorded import ENV, require
 from context_paging.paging.distill import Decision
 from context_paging.paging.distill.conversation import Entry, text_of
 from context_paging.server.config import load_settings
@@ -128,7 +129,8 @@ async def main_async(args: argparse.Namespace) -> None:
     sampling_times: list[float] = []
     local_times: list[float] = []
     runs = 0
-    paths = sorted(args.fixtures.rglob("*.jsonl"))
+    paths = sorted(
+        require(args.fixtures, hint=f"pass --fixtures DIR or set {ENV}").rglob("*.jsonl"))
     for path in paths:
         entries = session_entries(path)
         name = re.sub(r"[^A-Za-z0-9._-]", "-", path.stem)[:100]

@@ -28,12 +28,17 @@ from context_paging.index.history import search_text
 from context_paging.index.sessions import load
 from context_paging.index.store import IndexDoc, SearchIndex
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions" / "pi"
+try:
+    from bench.recorded import require, sessions_folder
+except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself is on the path
+    from recorded import require, sessions_folder
+
+FIXTURES = sessions_folder() / "pi"
 
 
 def corpus() -> str:
     texts = []
-    for path in sorted(FIXTURES.glob("*.jsonl")):
+    for path in sorted(require(FIXTURES).glob("*.jsonl")):
         texts += [search_text(i) for i in load(str(path)).projection.items]
     return "\n".join(texts)
 

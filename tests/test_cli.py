@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from context_paging.server.cli import main
+from context_paging.index.discovery import iter_session_files
 from tests.test_protocol import lay_out, write_config
 
 
@@ -33,16 +34,19 @@ def home(tmp_path):
     return home
 
 
+PI_V1 = "pi:5e7a0c1e-0000-4000-8000-00000000a001"  # the sample sessions' references
+PI_V3 = "pi:019cc0de-3333-7000-8000-00000000b003"
+CLAUDE = "claude:7c0ffee0-1111-4222-8333-444455556666"
+
+
 def test_search_prints_references_for_a_session(home, capsys):
-    ref = "pi:pi-v1-real-two-compactions-bash-exec"
-    assert main(["--home", str(home), "search", "tui-renderer.ts", "--session", ref]) == 0
+    assert main(["--home", str(home), "search", "ZeroDivisionError", "--session", PI_V1]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(ref) and "model_turn" in out and "src/tui" in out
+    assert out.startswith(PI_V1) and "model_turn failed [bash]" in out and "test_report.py" in out
 
 
 def test_search_says_when_nothing_matches(home, capsys):
-    ref = "pi:pi-v3-real-redacted-smoke-session-info"
-    assert main(["--home", str(home), "search", "zzzqqqxxx", "--session", ref]) == 1
+    assert main(["--home", str(home), "search", "zzzqqqxxx", "--session", PI_V3]) == 1
     assert "No match" in capsys.readouterr().out
 
 
@@ -51,7 +55,8 @@ def test_index_all_then_again_reports_nothing_to_do(home, capsys):
     first = capsys.readouterr().out
     assert main(["--home", str(home), "index", "--all"]) == 0
     second = capsys.readouterr().out
-    assert "21 session(s)" in first and "0 session(s)" in second
+    laid_out = len(list(iter_session_files(lay_out(home.parent / "count"))))
+    assert f" {laid_out} session(s)" in first and " 0 session(s)" in second
 
 
 def test_an_unknown_session_is_a_clear_error_on_stderr(home, capsys):
@@ -61,8 +66,7 @@ def test_an_unknown_session_is_a_clear_error_on_stderr(home, capsys):
 
 
 def test_stats_of_a_session_file_show_cache_totals(home, capsys):
-    ref = "claude:cc-2.1.38-small-tool-heavy-queue-ops"
-    assert main(["--home", str(home), "stats", "--session", ref]) == 0
+    assert main(["--home", str(home), "stats", "--session", CLAUDE]) == 0
     out = capsys.readouterr().out
     assert "SESSION — complete saved history" in out and "Tokens read" in out
 

@@ -9,7 +9,7 @@ from bench.fixture_eval import (
     output_kind,
     session_entries,
 )
-from tests.conftest import fixture
+from tests.conftest import fixture, recorded
 from tests.test_distill import assistant, result, user
 
 FILLER = "\n".join(f"# filler {n}" for n in range(40))  # no distinctive piece: never used
@@ -68,6 +68,7 @@ def test_outputs_are_classified_by_call_and_content():
     assert output_kind("WebFetch", {"url": "https://x"}, "") == "other"
 
 
+@recorded
 def test_the_local_judge_keeps_every_needed_line_of_a_real_session_and_removes_some():
     name = "cc-2.1.29-user-pasted-image.jsonl"
     rows = evaluate(session_entries(fixture(name)), name)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_paging.index.jsonl import FileCursor, read_jsonl
-from tests.conftest import ALL_FIXTURES, fixture
+from tests.conftest import ALL_FIXTURES, ALL_SAMPLES, HAVE_RECORDED, fixture, recorded, sample
 
 
 def write(tmp_path, data: bytes, name: str = "s.jsonl"):
@@ -45,6 +46,7 @@ def test_glued_objects_on_one_line_are_both_recovered(tmp_path):
     assert [i.kind for i in chunk.issues] == ["glued_objects"]
 
 
+@recorded
 def test_the_glued_line_of_the_real_pi_fixture_yields_two_objects():
     path = fixture("pi-v1-real-compaction-with-concatenated-line.jsonl")
     chunk = read_jsonl(str(path))
@@ -52,6 +54,21 @@ def test_the_glued_line_of_the_real_pi_fixture_yields_two_objects():
     assert len(on_440) == 2
     assert all(r.value.get("type") == "message" for r in on_440)
     assert not [i for i in chunk.issues if i.kind == "bad_json"]
+
+
+@pytest.mark.parametrize("key, line", [("pi-v1", 19), ("codex-modern", 31)])
+def test_the_glued_line_of_a_sample_yields_two_objects(key, line):
+    chunk = read_jsonl(str(sample(key)))
+    glued = [r for r in chunk.records if r.line == line]
+    assert len(glued) == 2 and glued[0].offset == glued[1].offset
+    assert [(i.kind, i.line) for i in chunk.issues] == [("glued_objects", line)]
+
+
+def test_the_partial_last_line_of_the_pi_v1_sample_is_pending():
+    data = sample("pi-v1").read_bytes()
+    chunk = read_jsonl(str(sample("pi-v1")))
+    assert chunk.pending and chunk.end == data.rindex(b"\n") + 1
+    assert max(r.line for r in chunk.records) == 21
 
 
 def test_garbage_is_a_warning_with_line_and_byte_offset(tmp_path):
@@ -103,7 +120,8 @@ def test_the_cursor_rereads_a_file_that_shrank_or_changed_its_first_line(tmp_pat
 
 # --- property: damage never raises and never hides complete lines before it -------------------
 
-_SAMPLES = {p.name: p.read_bytes()[:60_000] for p in ALL_FIXTURES}
+_SAMPLES = {p.name: p.read_bytes()[:60_000]
+            for p in [*ALL_SAMPLES, *(ALL_FIXTURES if HAVE_RECORDED else [])]}
 
 
 def _complete_lines(data: bytes, limit: int) -> int:

@@ -1,4 +1,5 @@
-"""The MCP contract, through the SDK's in-memory Client, against the real fixtures."""
+"""The MCP contract, through the SDK's in-memory Client, against the sample sessions (and the
+recorded ones where they are present)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,31 @@ from mcp import Client
 from context_paging.index.discovery import iter_session_files
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
-from tests.conftest import ALL_FIXTURES, PROJECT
+from tests.conftest import (
+    ALL_FIXTURES,
+    ALL_SAMPLES,
+    HAVE_RECORDED,
+    PROJECT,
+    SAMPLES_DIR,
+    recorded_params,
+    sample,
+)
 from tests.test_sessions import _private_strings
 
 pytestmark = pytest.mark.anyio
 SNAPSHOT = PROJECT / "tests" / "snapshots" / "tools.json"
 
 
-def lay_out(tmp: Path) -> dict[str, Path]:
-    """Every fixture placed where its agent would have written it."""
+def lay_out(tmp: Path, with_recorded: bool = HAVE_RECORDED) -> dict[str, Path]:
+    """The sample sessions, and the recorded ones where present, placed where their agents would
+    have written them."""
     roots = {"pi": tmp / "pi", "claude": tmp / "claude", "codex": tmp / "codex"}
-    for path in ALL_FIXTURES:
+    for path in ALL_SAMPLES:
+        folder, *rest = path.relative_to(SAMPLES_DIR).parts
+        target = roots[SAMPLE_ROOT[folder]].joinpath(*rest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    for path in ALL_FIXTURES if with_recorded else ():
         stem = path.stem
         if path.parent.name == "pi":
             target = roots["pi"] / "--work-app--" / f"2026-01-01T00-00-00-000Z_{stem}.jsonl"
@@ -34,6 +49,9 @@ def lay_out(tmp: Path) -> dict[str, Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
     return roots
+
+
+SAMPLE_ROOT = {"pi": "pi", "claude-code": "claude", "codex": "codex"}
 
 
 def write_config(home: Path, roots: dict[str, Path], extra: str = "") -> None:
@@ -100,9 +118,9 @@ async def test_recovery_tools_are_read_only_and_select_context_is_not(client):
 
 
 async def test_search_finds_an_error_string_and_loads_it(client, corpus):
-    ref = ref_of(corpus, "codex-0.40-vscode-shell-tools-reasoning.jsonl")
+    ref = ref_of(corpus, sample("codex-0.40").name)
     error, text, value = await call(client, "search_history",
-                                    {"query": "useTeamWithStats.ts", "session": ref, "load": True})
+                                    {"query": "AssertionError", "session": ref, "load": True})
     assert not error
     assert value["references"] and value["references"][0]["session"] == ref
     assert len(value["items"]) == min(3, len(value["references"]))
@@ -111,7 +129,7 @@ async def test_search_finds_an_error_string_and_loads_it(client, corpus):
 
 
 async def test_browse_walks_backward_forward_and_around(client, corpus):
-    ref = ref_of(corpus, "pi-v1-real-two-compactions-bash-exec.jsonl")
+    ref = ref_of(corpus, sample("pi-v1").name)
     _, _, newest = await call(client, "browse_history",
                               {"direction": "backward", "count": 2, "session": ref})
     seqs = [r["sequence"] for r in newest["references"]]
@@ -125,7 +143,7 @@ async def test_browse_walks_backward_forward_and_around(client, corpus):
 
 
 async def test_read_context_output_pages_reassemble_the_exact_value(client, corpus):
-    ref = ref_of(corpus, "codex-0.40-vscode-single-turn-many-tools.jsonl")
+    ref = ref_of(corpus, sample("codex-0.40").name)
     _, _, found = await call(client, "search_history",
                              {"query": "", "session": ref, "tools": ["shell"], "limit": 1})
     turn = found["references"][0]["history_id"]
@@ -146,13 +164,13 @@ async def test_read_context_output_pages_reassemble_the_exact_value(client, corp
     ({"history_ids": ["missing"]}, "UNKNOWN_HISTORY_ID"),
 ])
 async def test_load_errors_name_the_bad_value(client, corpus, arguments, code):
-    ref = ref_of(corpus, "pi-v3-real-redacted-smoke-session-info.jsonl")
+    ref = ref_of(corpus, sample("pi-v3").name)
     error, text, _ = await call(client, "load_history", {**arguments, "session": ref})
     assert error and text.startswith(code) and "missing" in text
 
 
 async def test_every_documented_error_comes_back_as_a_tool_error(client, corpus):
-    ref = ref_of(corpus, "pi-v1-real-two-compactions-bash-exec.jsonl")
+    ref = ref_of(corpus, sample("pi-v1").name)
     _, _, first = await call(client, "browse_history",
                              {"direction": "forward", "count": 2, "session": ref})
     user_id = next(r["history_id"] for r in first["references"] if r["kind"] == "user")
@@ -249,7 +267,7 @@ async def test_a_disabled_server_refuses_recovery_and_passes_select_context_thro
 # --- privacy --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*ALL_SAMPLES, *recorded_params()], ids=lambda p: p.name)
 async def test_no_reply_of_any_tool_contains_private_text(client, corpus, path):
     ref = ref_of(corpus, path.name)
     private = set()
@@ -291,7 +309,7 @@ async def test_the_first_search_of_an_unindexed_session_reports_progress(corpus,
     async def on_progress(progress, total, message):
         updates.append((progress, total, message))
 
-    ref = ref_of(corpus, "cc-2.1.37-tools-thinking-progress-hooks.jsonl")
+    ref = ref_of(corpus, sample("claude").name)
     async with Client(server) as c:
         result = await c.call_tool("search_history", {"query": "hook", "session": ref},
                                    progress_callback=on_progress)

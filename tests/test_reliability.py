@@ -33,7 +33,7 @@ import context_paging.index.ledger as ledger_module
 from context_paging.index.discovery import iter_session_files
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
-from tests.conftest import FIXTURES
+from tests.conftest import sample
 from tests.test_protocol import call, lay_out, write_config
 
 TOOLS = ("search_history", "browse_history", "load_history", "read_context_output", "recall",
@@ -60,7 +60,8 @@ def teardown_module() -> None:
 
 
 class Harness:
-    """One server over the real fixtures, reached from synchronous code through a portal."""
+    """One server over the sample (and recorded) sessions, reached from synchronous code through a
+    portal."""
 
     def __init__(self, portal: anyio.from_thread.BlockingPortal, client: Client, server,
                  home: Path, roots: dict[str, Path]) -> None:
@@ -199,9 +200,7 @@ def test_a_call_whose_arguments_are_not_an_object_is_refused_cleanly(harness, da
         assert anticipated(tool, text), (tool, arguments, text)
 
 
-FIRST_FIXTURE = {"pi": FIXTURES / "pi" / "pi-v1-real-two-compactions-bash-exec.jsonl",
-                 "claude": FIXTURES / "claude-code" / "cc-2.1.38-small-tool-heavy-queue-ops.jsonl",
-                 "codex": FIXTURES / "codex" / "codex-0.40-vscode-shell-tools-reasoning.jsonl"}
+FIRST_FIXTURE = {"pi": sample("pi-v1"), "claude": sample("claude"), "codex": sample("codex-0.40")}
 GARBAGE_LINE = st.one_of(
     st.binary(max_size=200),
     JSON.map(lambda v: json.dumps(v).encode()),
@@ -261,6 +260,7 @@ def test_sessions_outside_the_roots_are_refused_with_the_value_named(harness, tm
     secret = outside / "2026-01-01T00-00-00-000Z_secret0session.jsonl"
     secret.write_bytes(FIRST_FIXTURE["pi"].read_bytes())
     link = harness.roots["pi"] / "--work-app--" / "2026-01-01T00-00-00-000Z_linkedsession.jsonl"
+    link.parent.mkdir(exist_ok=True)
     link.symlink_to(secret)
     (harness.roots["pi"] / "linkdir").symlink_to(outside, target_is_directory=True)
     pi_root = harness.roots["pi"]
@@ -665,8 +665,8 @@ async def test_a_home_that_cannot_be_written_is_a_clear_error_and_a_fixed_home_r
 @pytest.mark.anyio
 async def test_a_garbage_index_is_moved_aside_rebuilt_and_searched(tmp_path):
     home, roots = fixture_home(tmp_path)
-    ref = next(f.ref for f in iter_session_files(roots) if "shell-tools-reasoning" in f.path.name)
-    query = {"query": "useTeamWithStats.ts", "session": ref}
+    ref = next(f.ref for f in iter_session_files(roots) if f.path.name == sample("pi-v3").name)
+    query = {"query": "ECONNREFUSED", "session": ref}
     results = []
     for damage in (None, b"\x00garbage\xff" * 50):
         if damage:

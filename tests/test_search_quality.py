@@ -1,6 +1,7 @@
-"""Search quality on the real fixtures: an exact detail from an old tool output finds its turn.
+"""Search quality on the sample and recorded sessions: an exact detail from an old tool output
+finds its turn.
 
-For every fixture, the test picks, from the tool outputs in the first half of the session, the
+For every session, the test picks, from the tool outputs in the first half of the session, the
 distinctive strings a model would search for later — an identifier or path that occurs in one
 turn's output only, and a whole error line — and requires the turn that produced them among the
 top three hits. The picking is mechanical (no hand-chosen queries), so every fixture is covered.
@@ -15,7 +16,7 @@ import pytest
 from context_paging.index.analysis import tokens
 from context_paging.index.history import content_text, search_text
 from context_paging.index.service import History
-from tests.conftest import ALL_FIXTURES
+from tests.conftest import ALL_SAMPLES, recorded_params
 from tests.test_protocol import lay_out
 
 _IDENTIFIER = re.compile(r"[a-z]")
@@ -60,7 +61,7 @@ def history(tmp_path_factory):
     history.close()
 
 
-@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*ALL_SAMPLES, *recorded_params()], ids=lambda p: p.name)
 def test_a_distinctive_detail_from_an_early_tool_output_finds_its_turn_in_the_top_3(history, path):
     ref = next(f.ref for f in _files(history) if f.path.name.endswith(path.name))
     items = history.navigator(ref).raw

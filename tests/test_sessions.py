@@ -1,4 +1,5 @@
-"""Sessions as a whole: every fixture loads, grows incrementally, stays private, is discoverable."""
+"""Sessions as a whole: every sample (and recorded) session loads, grows incrementally, stays
+private, is discoverable."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +15,7 @@ from context_paging.index.discovery import SessionRefError, resolve
 from context_paging.index.history import public_item
 from context_paging.index.sessions import SessionFile, load
 from context_paging.server.cli import main
-from tests.conftest import ALL_FIXTURES, fixture
+from tests.conftest import ALL_SAMPLES, recorded_params, sample, source_folder
 
 PRIVATE_KEYS = {"thinking", "signature", "thinkingSignature", "textSignature", "thoughtSignature",
                 "encrypted_content", "data"}
@@ -42,7 +42,10 @@ def _private_strings(value, inside_private=False, out=None):
     return out
 
 
-@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: p.name)
+EVERY_SESSION = [*ALL_SAMPLES, *recorded_params()]
+
+
+@pytest.mark.parametrize("path", EVERY_SESSION, ids=lambda p: p.name)
 def test_every_fixture_loads_and_its_public_view_holds_no_private_text(path):
     session = load(str(path))
     items = session.projection.items
@@ -58,7 +61,17 @@ def test_every_fixture_loads_and_its_public_view_holds_no_private_text(path):
 BRANCHING = ("rewind", "branching")
 
 
-@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: p.name)
+def _last_line_parses(data: bytes) -> bool:
+    """Whether a file's last line is whole; a partial one (the pi v1 sample's) is left unparsed,
+    while a complete object without its newline is read."""
+    try:
+        json.loads(data[data.rfind(b"\n") + 1:] or b"0")
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("path", EVERY_SESSION, ids=lambda p: p.name)
 def test_appending_keeps_earlier_ids_and_parses_only_new_bytes(tmp_path, path):
     data = path.read_bytes()
     lines = data.split(b"\n")
@@ -73,7 +86,8 @@ def test_appending_keeps_earlier_ids_and_parses_only_new_bytes(tmp_path, path):
         handle.write(data[len(half):])
     assert session.refresh()
     after = [item.history_id for item in session.projection.items]
-    assert session.cursor.bytes_parsed_total - parsed_before == len(data) - len(half)
+    complete = len(data) if _last_line_parses(data) else data.rindex(b"\n") + 1
+    assert session.cursor.bytes_parsed_total - parsed_before == complete - len(half)
     # Earlier items keep their ids. The last one or two may still change: an exchange that was
     # pending at the cut completes, and a Claude response can gain fragments; branches chosen by
     # "the newest leaf" (the branching fixtures) legitimately move to another branch.
@@ -84,7 +98,7 @@ def test_appending_keeps_earlier_ids_and_parses_only_new_bytes(tmp_path, path):
 
 
 def test_a_session_file_being_written_shows_its_complete_lines_only(tmp_path):
-    source = fixture("pi-v3-real-redacted-smoke-session-info.jsonl").read_bytes()
+    source = sample("pi-v3").read_bytes()
     cut = source.rindex(b"\n", 0, len(source) - 1) + 40  # 40 bytes into the last line
     copy = tmp_path / "live.jsonl"
     copy.write_bytes(source[:cut])
@@ -109,14 +123,13 @@ def roots(tmp_path):
     codex = tmp_path / "codex" / "2026" / "06" / "19"
     for folder in (pi, claude, codex):
         folder.mkdir(parents=True)
-    shutil.copy(fixture("pi-v3-real-redacted-smoke-session-info.jsonl"),
+    shutil.copy(sample("pi-v3"),
                 pi / "2026-01-01T00-00-00-000Z_0d1f2e3a-aaaa-bbbb-cccc-000000000001.jsonl")
-    shutil.copy(fixture("cc-2.1.38-small-tool-heavy-queue-ops.jsonl"),
-                claude / "4f1c0000-1111-2222-3333-444455556666.jsonl")
+    shutil.copy(sample("claude"), claude / "4f1c0000-1111-2222-3333-444455556666.jsonl")
     sub = claude / "4f1c0000-1111-2222-3333-444455556666" / "subagents"
     sub.mkdir(parents=True)
-    shutil.copy(fixture("cc-2.1.39-subagent-sidechain-file.jsonl"), sub / "agent-a881341.jsonl")
-    shutil.copy(fixture("codex-0.40-vscode-shell-tools-reasoning.jsonl"),
+    shutil.copy(sample("claude-subagent"), sub / "agent-a881341.jsonl")
+    shutil.copy(sample("codex-0.40"),
                 codex / "rollout-2025-09-24T20-12-23-01997ea4-a70d-7da3-8c20-c736db82a7c5.jsonl")
     return {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
 
@@ -167,7 +180,7 @@ def test_the_catalog_lists_sessions_newest_first_with_titles_and_parents(roots):
     updated = [s.updated for s in summaries]
     assert updated == sorted(updated, reverse=True)
     by_ref = {s.ref: s for s in summaries}
-    assert by_ref["pi:0d1f2e3a-aaaa-bbbb-cccc-000000000001"].title == "agent-history pi smoke"
+    assert by_ref["pi:0d1f2e3a-aaaa-bbbb-cccc-000000000001"].title == "Pricing cache with expiry"
     assert by_ref["claude:agent-a881341"].parent is not None
     assert Catalog(roots).summaries(source="codex")[0].source == "codex"
 
@@ -185,7 +198,7 @@ def test_the_sessions_command_prints_a_table(roots, tmp_path, capsys, monkeypatc
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:2] == ["SESSION", "UPDATED"]
     assert len(out) == 5
-    assert any("agent-history pi smoke" in line for line in out)
+    assert any("Pricing cache with expiry" in line for line in out)
 
 
 def test_the_sessions_command_says_when_there_is_nothing(tmp_path, capsys):
@@ -200,10 +213,10 @@ def test_the_sessions_command_says_when_there_is_nothing(tmp_path, capsys):
     assert "No sessions found" in capsys.readouterr().out
 
 
-def test_every_fixture_is_detected_as_its_own_format():
+@pytest.mark.parametrize("path", EVERY_SESSION, ids=lambda p: p.name)
+def test_every_fixture_is_detected_as_its_own_format(path):
     expected = {"pi": "pi", "claude-code": "claude", "codex": "codex"}
-    for path in ALL_FIXTURES:
-        assert load(str(path)).source == expected[Path(path).parent.name], path.name
+    assert load(str(path)).source == expected[source_folder(path)]
 
 
 def test_without_a_session_the_newest_one_run_in_this_directory_is_used(tmp_path, monkeypatch):
@@ -221,8 +234,7 @@ def test_without_a_session_the_newest_one_run_in_this_directory_is_used(tmp_path
         json.dumps(header) + "\n" + json.dumps(prompt) + "\n")
     elsewhere = tmp_path / "pi" / "--somewhere-else--"
     elsewhere.mkdir()
-    shutil.copy(fixture("pi-v3-real-redacted-smoke-session-info.jsonl"),
-                elsewhere / "2026-01-01T00-00-00-000Z_other.jsonl")
+    shutil.copy(sample("pi-v3"), elsewhere / "2026-01-01T00-00-00-000Z_other.jsonl")
     history = History({"pi": tmp_path / "pi", "claude": None, "codex": None}, tmp_path / "h")
     monkeypatch.chdir(work)
     assert history.resolve_default(None) == "pi:here"

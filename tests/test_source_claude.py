@@ -1,5 +1,6 @@
-"""Claude Code source: fixtures in ../shared/fixtures/sessions/claude-code, plus small hand-made
-files for shapes no fixture has (specs/session-formats.md §2)."""
+"""Claude Code source: the recorded sessions (marked ``recorded``), plus small hand-made files for
+shapes no recording has (specs/session-formats.md §2); tests/test_samples.py covers the
+project's own samples."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from context_paging.index.history import project, public_item
 from context_paging.index.jsonl import Record, read_jsonl
 from context_paging.index.model import HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
 from context_paging.index.sources import claude, detect
-from tests.conftest import FIXTURES, fixture
+from tests.conftest import FIXTURES, RECORDED, fixture, recorded
 
-CLAUDE_FIXTURES = sorted(p.name for p in (FIXTURES / "claude-code").glob("*.jsonl"))
+CLAUDE_FIXTURES = RECORDED["claude-code"]
 REWIND = "cc-SYNTHETIC-rewind-fork-then-compact-preserved-segment.jsonl"
 MICRO = "cc-2.1.14-microcompact-and-two-compactions.jsonl"
 AUTO = "cc-2.0.76-auto-compact-boundary-and-summary.jsonl"
@@ -62,6 +63,7 @@ def answer(uuid, parent, minute, msg_id, blocks, stop=None, **extra) -> dict:
 # --- every fixture -----------------------------------------------------------------------------
 
 
+@recorded
 @pytest.mark.parametrize("name", CLAUDE_FIXTURES)
 def test_every_claude_fixture_is_detected_and_loads(name):
     path = str(fixture(name))
@@ -126,10 +128,13 @@ COUNTS = {
 }
 
 
+@recorded
 def test_counts_cover_every_fixture():
-    assert sorted(COUNTS) == CLAUDE_FIXTURES
+    on_disk = sorted(p.name for p in (FIXTURES / "claude-code").glob("*.jsonl"))
+    assert sorted(COUNTS) == CLAUDE_FIXTURES == on_disk
 
 
+@recorded
 @pytest.mark.parametrize("name", sorted(COUNTS))
 def test_fixture_has_the_pinned_items_and_messages(name):
     conversation = load(name)
@@ -143,6 +148,7 @@ def test_fixture_has_the_pinned_items_and_messages(name):
                              "tool_result": expected["tool_result"]})
 
 
+@recorded
 @pytest.mark.parametrize("name", CLAUDE_FIXTURES)
 def test_every_tool_call_pairs_with_its_result(name):
     # No fixture has an unanswered call on its active path: every interrupt came after results.
@@ -169,6 +175,7 @@ def _private_strings(value, found: set[str]) -> None:
             _private_strings(inner, found)
 
 
+@recorded
 @pytest.mark.parametrize("name", CLAUDE_FIXTURES)
 def test_no_thinking_or_signature_text_anywhere(name):
     private: set[str] = set()
@@ -180,6 +187,7 @@ def test_no_thinking_or_signature_text_anywhere(name):
     assert [s[:20] for s in private if s in public or s in everything] == []
 
 
+@recorded
 def test_fixtures_with_thinking_have_private_strings_to_check():
     private: set[str] = set()
     for value in raw_lines(HOOKS):
@@ -190,6 +198,7 @@ def test_fixtures_with_thinking_have_private_strings_to_check():
 # --- fragments and parallel tools --------------------------------------------------------------
 
 
+@recorded
 def test_fragments_of_one_response_merge_into_one_assistant_message():
     conversation = load(HOOKS)
     fragments = [v for v in raw_lines(HOOKS) if v["type"] == "assistant"]
@@ -205,6 +214,7 @@ def test_fragments_of_one_response_merge_into_one_assistant_message():
     assert first.content[0] == TextBlock("\n\n")
 
 
+@recorded
 def test_results_interleaved_with_fragments_follow_the_merged_message():
     # Line 14 tool_use₁, 15 result₁, 16 tool_use₂ (same message id, parent = result₁), 17 result₂.
     messages = load(HOOKS).messages
@@ -216,6 +226,7 @@ def test_results_interleaved_with_fragments_follow_the_merged_message():
     assert [m.tool_name for m in turn[1:]] == ["Bash", "Bash"]
 
 
+@recorded
 def test_parallel_tools_on_sibling_shapes_pair_with_their_results():
     # Lines 29-32: tool_use 4Zpiz7, tool_use GAbZgC, result GAbZgC, result 4Zpiz7; the path
     # continues from result 4Zpiz7, so tool_use GAbZgC and its result hang off the path.
@@ -227,6 +238,7 @@ def test_parallel_tools_on_sibling_shapes_pair_with_their_results():
     assert turn[0].id.startswith("92739748")
 
 
+@recorded
 def test_all_sixty_tool_results_survive_where_a_bare_leaf_walk_keeps_forty():
     conversation = load(MICRO)
     assert sum(m.role == "tool_result" for m in conversation.messages) == 60
@@ -238,6 +250,7 @@ def test_all_sixty_tool_results_survive_where_a_bare_leaf_walk_keeps_forty():
 # --- compaction, forks, leaves -------------------------------------------------------------------
 
 
+@recorded
 def test_auto_compaction_is_counted_and_its_summary_is_not_a_prompt():
     conversation = load(AUTO)
     assert conversation.compactions == 1
@@ -248,6 +261,7 @@ def test_auto_compaction_is_counted_and_its_summary_is_not_a_prompt():
     assert any(m.id.startswith("869e9170") for m in conversation.messages)
 
 
+@recorded
 def test_microcompaction_is_a_stat_and_the_full_compaction_counts_once():
     conversation = load(MICRO)
     assert conversation.compactions == 1
@@ -255,6 +269,7 @@ def test_microcompaction_is_a_stat_and_the_full_compaction_counts_once():
     assert conversation.stats["microcompacted_results"] == 42
 
 
+@recorded
 def test_rewind_fork_follows_the_later_branch_across_the_preserved_segment():
     # Spec §2.7: path u1 a1 b2u b2a b2u2 | cb cs b2a2 p1u p1a; cb and cs are not messages.
     conversation = load(REWIND)
@@ -266,6 +281,7 @@ def test_rewind_fork_follows_the_later_branch_across_the_preserved_segment():
     assert conversation.usage == Usage(input=50, output=25)  # b1a's response was billed too
 
 
+@recorded
 def test_last_prompt_leaf_selects_the_older_branch():
     values = raw_lines(REWIND)[:7] + [
         {"type": "last-prompt", "leafUuid": "b1u", "sessionId": "s2"}
@@ -286,6 +302,7 @@ def test_same_timestamp_prompt_children_are_a_replay_not_a_fork():
     assert [m.id for m in conversation.messages] == ["u1", "a1", "r2"]  # the leaf's child
 
 
+@recorded
 def test_a_file_that_starts_mid_session_loads_from_its_dangling_root():
     conversation = load(AUTO)
     assert conversation.stats["dangling_parents"] == 1
@@ -295,6 +312,7 @@ def test_a_file_that_starts_mid_session_loads_from_its_dangling_root():
 # --- user lines ---------------------------------------------------------------------------------
 
 
+@recorded
 def test_pasted_image_becomes_an_image_block_of_the_prompt():
     raw = next(v for v in raw_lines(IMAGE) if v.get("uuid", "").startswith("4d96b680"))
     message = next(m for m in load(IMAGE).messages if m.id == raw["uuid"])
@@ -303,6 +321,7 @@ def test_pasted_image_becomes_an_image_block_of_the_prompt():
     assert message.content == (ImageBlock("image/png", source["data"]),)
 
 
+@recorded
 def test_caveat_and_local_command_lines_are_not_prompts():
     users = [m for m in load(AUTO).messages if m.role == "user"]
     assert [m.origin for m in users] == ["slash_command", "typed", "typed"]
@@ -311,6 +330,7 @@ def test_caveat_and_local_command_lines_are_not_prompts():
     assert (stats["caveat"], stats["local_command_output"]) == (1, 1)
 
 
+@recorded
 def test_hook_progress_and_meta_lines_are_not_prompts():
     conversation = load(HOOKS)
     users = [m for m in conversation.messages if m.role == "user"]
@@ -322,6 +342,7 @@ def test_hook_progress_and_meta_lines_are_not_prompts():
     assert conversation.stats["progress_lines"] == 23  # 16 hook_progress + 7 bash_progress
 
 
+@recorded
 def test_text_sent_with_a_tool_result_is_a_steering_prompt_after_the_result():
     messages = load(IMAGE).messages
     at = next(i for i, m in enumerate(messages) if m.id == "7a4a2519-5a0c-4bfa-807e-2f6040f98223")
@@ -363,6 +384,7 @@ def test_bash_mode_lines_have_origin_bash():
     )
 
 
+@recorded
 def test_interrupt_after_answered_calls_leaves_the_response_alone():
     conversation = load(QUEUE)
     assert conversation.stats["interrupts"] == 2
@@ -418,6 +440,7 @@ def test_assistant_block_kinds_and_stop_reasons():
     assert (first.stop_reason, second.stop_reason) == ("length", "error")
 
 
+@recorded
 def test_usage_is_deduplicated_per_response_and_matches_an_independent_sum():
     # Independent rule: per message.id, the largest input/cache value of any fragment, and the
     # output of the fragment with a stop_reason, else the largest output; <synthetic> skipped.
@@ -456,6 +479,7 @@ def test_usage_is_deduplicated_per_response_and_matches_an_independent_sum():
 # --- session facts --------------------------------------------------------------------------------
 
 
+@recorded
 @pytest.mark.parametrize("name", [SUBAGENT, COMPACT_AGENT])
 def test_sidechain_files_are_subagent_sessions_of_their_parent(name):
     info = load(name).info
@@ -465,6 +489,7 @@ def test_sidechain_files_are_subagent_sessions_of_their_parent(name):
     assert info.format == "claude-2.1.39"
 
 
+@recorded
 def test_agent_file_name_gives_the_session_id(tmp_path):
     target = tmp_path / "agent-a881341.jsonl"
     target.write_bytes(fixture(SUBAGENT).read_bytes())
@@ -473,6 +498,7 @@ def test_agent_file_name_gives_the_session_id(tmp_path):
     assert conversation.info.parent_kind == "subagent"
 
 
+@recorded
 def test_main_session_facts():
     info = load(HOOKS).info
     assert (info.session_id, info.cwd, info.format, info.parent_id) == (
@@ -498,6 +524,7 @@ def test_title_precedence_custom_then_ai_then_summary_then_first_prompt():
     assert build_values(long).info.title == "x" * 80
 
 
+@recorded
 def test_ids_stay_stable_as_the_file_grows():
     records = read_jsonl(str(fixture(HOOKS))).records
     full = [m.id for m in claude.build(records, "f.jsonl").messages]

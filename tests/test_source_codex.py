@@ -1,4 +1,5 @@
-"""Codex rollout reader (index/sources/codex.py) on the real fixtures and on small hand-made files.
+"""Codex rollout reader (index/sources/codex.py) on the recorded sessions (marked ``recorded``) and
+on small hand-made files; tests/test_samples.py covers the project's own samples.
 
 Expected numbers were derived from the raw files with a separate script, not from the reader:
 user items = ``event_msg/user_message`` lines (every one has a matching user ``response_item`` in
@@ -20,9 +21,9 @@ from context_paging.index.history import project, public_item
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.model import Conversation, HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
 from context_paging.index.sources import codex, detect
-from tests.conftest import FIXTURES, fixture
+from tests.conftest import FIXTURES, RECORDED, fixture, recorded
 
-CODEX = sorted((FIXTURES / "codex").glob("*.jsonl"))
+CODEX = [FIXTURES / "codex" / name for name in RECORDED["codex"]]
 PARENT = "codex-0.142-parent-thread-spawns-subagents.RECOMPACTED.jsonl"
 CHILD_A = "codex-0.142-subagent-A-child-thread.jsonl"
 CHILD_B = "codex-0.142-subagent-B-child-thread.jsonl"
@@ -92,6 +93,7 @@ def raw_records(name: str) -> list[dict[str, Any]]:
 # --- every fixture ----------------------------------------------------------------------------
 
 
+@recorded
 @pytest.mark.parametrize("path", CODEX, ids=lambda p: p.name)
 def test_every_codex_fixture_loads_without_an_exception_or_a_warning(path: Path):
     conv = codex.build(read_jsonl(str(path)).records, str(path))
@@ -99,6 +101,7 @@ def test_every_codex_fixture_loads_without_an_exception_or_a_warning(path: Path)
     assert conv.warnings == ()
 
 
+@recorded
 def test_every_codex_fixture_is_detected_as_codex():
     for path in CODEX:
         assert detect(read_jsonl(str(path)).records, str(path)) == "codex"
@@ -123,10 +126,13 @@ COUNTS = {
 }
 
 
+@recorded
 def test_counts_cover_every_codex_fixture():
-    assert sorted(COUNTS) == [p.name for p in CODEX]
+    on_disk = sorted(p.name for p in (FIXTURES / "codex").glob("*.jsonl"))
+    assert sorted(COUNTS) == [p.name for p in CODEX] == on_disk
 
 
+@recorded
 @pytest.mark.parametrize("name", sorted(COUNTS))
 def test_fixture_counts_of_items_and_messages(name: str):
     conv = load(name)
@@ -135,6 +141,7 @@ def test_fixture_counts_of_items_and_messages(name: str):
     assert (kinds["user"], kinds["model_turn"], roles(conv)) == (users, turns, by_role)
 
 
+@recorded
 @pytest.mark.parametrize("name", sorted(COUNTS))
 def test_every_tool_call_pairs_with_its_result(name: str):
     conv = load(name)
@@ -163,6 +170,7 @@ def private_strings(value: Any, inside_reasoning: bool = False) -> set[str]:
     return found
 
 
+@recorded
 @pytest.mark.parametrize("name", sorted(COUNTS))
 def test_no_reasoning_or_encrypted_text_reaches_items_or_the_conversation(name: str):
     secrets = set().union(*(private_strings(r) for r in raw_records(name)))
@@ -177,6 +185,7 @@ def test_no_reasoning_or_encrypted_text_reaches_items_or_the_conversation(name: 
 # --- prompts and context ----------------------------------------------------------------------
 
 
+@recorded
 def test_ide_context_prompt_is_a_user_message_and_environment_context_is_not():
     conv = load(SINGLE)
     users = [m for m in conv.messages if m.role == "user"]
@@ -186,6 +195,7 @@ def test_ide_context_prompt_is_a_user_message_and_environment_context_is_not():
     assert conv.stats["context_messages"] == 1
 
 
+@recorded
 def test_without_user_message_events_prompts_are_classified_by_marker_prefixes(tmp_path):
     lines = [r for r in raw_records(SINGLE)
              if r["payload"].get("type") != "user_message"]
@@ -196,11 +206,13 @@ def test_without_user_message_events_prompts_are_classified_by_marker_prefixes(t
     assert conv.stats["context_messages"] == 1  # <environment_context> on L2
 
 
+@recorded
 def test_title_is_the_request_after_the_ide_context_block():
     assert load(SINGLE).info.title == "Evaluate @packages/services and create a new"
     assert load(SYNTHETIC).info.title == "Build the parser"
 
 
+@recorded
 def test_prompt_images_come_from_the_response_item():
     prompt = load(SHELL).messages[0]
     image = prompt.content[1]
@@ -209,6 +221,7 @@ def test_prompt_images_come_from_the_response_item():
     assert "data:image/png;base64," + image.data == raw
 
 
+@recorded
 def test_user_message_event_without_an_item_becomes_the_prompt_with_its_images():
     first = load(SYNTHETIC).messages[0]
     assert first.id == "L5"
@@ -216,6 +229,7 @@ def test_user_message_event_without_an_item_becomes_the_prompt_with_its_images()
                              ImageBlock("image/png", url="C:\\work\\diagram.png"))
 
 
+@recorded
 def test_subagent_notifications_and_developer_messages_are_context_not_messages():
     conv = load(PARENT)
     assert [m.id for m in conv.messages if m.role == "user"] == ["L6"]
@@ -244,6 +258,7 @@ def test_a_prompt_during_a_running_task_is_steering(tmp_path):
 # --- assistant messages, calls and results ----------------------------------------------------
 
 
+@recorded
 def test_reasoning_text_and_call_of_one_request_form_one_message_in_order():
     message = next(m for m in load(SYNTHETIC).messages if m.role == "assistant")
     assert (message.id, message.model, message.stop_reason) == ("L7", "gpt-exact-1", "tool_use")
@@ -254,6 +269,7 @@ def test_reasoning_text_and_call_of_one_request_form_one_message_in_order():
     )
 
 
+@recorded
 def test_echoes_are_dropped_when_items_exist_and_used_when_they_do_not():
     conv = load(SYNTHETIC)
     texts = [b.text for m in conv.messages for b in m.content if isinstance(b, TextBlock)]
@@ -262,6 +278,7 @@ def test_echoes_are_dropped_when_items_exist_and_used_when_they_do_not():
     assert conv.stats["echoes_deduplicated"] == 2  # L6 agent_reasoning, L8 agent_message
 
 
+@recorded
 def test_single_turn_file_pairs_all_34_tool_calls():
     items = project(load(SINGLE).messages).items
     calls = [(c.id, i.result_for(c.id)) for i in items for c in i.message.tool_calls]
@@ -269,6 +286,7 @@ def test_single_turn_file_pairs_all_34_tool_calls():
     assert all(result is not None and result.tool_name == "shell" for _, result in calls)
 
 
+@recorded
 def test_function_call_arguments_are_parsed_from_json_strings():
     first_call = next(m for m in load(SINGLE).messages if m.tool_calls).tool_calls[0]
     assert first_call == ToolCall("call_mux7Gp4q9YON9fYffwerwHgr", "shell",
@@ -281,6 +299,7 @@ def test_arguments_that_are_not_json_are_kept_as_the_raw_string(tmp_path):
     assert conv.messages[1].tool_calls[0].arguments == "{oops"
 
 
+@recorded
 def test_0_40_output_wrapper_yields_the_inner_text_and_a_nonzero_exit_code_is_an_error():
     results = {m.id: m for m in load(SHELL).messages if m.role == "tool_result"}
     assert results["L16"].content == (TextBlock(
@@ -292,6 +311,7 @@ def test_0_40_output_wrapper_yields_the_inner_text_and_a_nonzero_exit_code_is_an
     assert sum(r.is_error for r in results.values()) == 3
 
 
+@recorded
 def test_exec_output_header_exit_code_decides_is_error(tmp_path):
     ok = load(CHILD_A).messages[2]
     assert (ok.tool_name, ok.is_error) == ("exec_command", False)
@@ -302,6 +322,7 @@ def test_exec_output_header_exit_code_decides_is_error(tmp_path):
     assert conv.messages[2].is_error is True
 
 
+@recorded
 def test_subagent_children_name_the_parent_thread():
     parent, a, b = load(PARENT), load(CHILD_A), load(CHILD_B)
     assert (parent.info.parent_id, parent.info.parent_kind) == (None, None)
@@ -319,6 +340,7 @@ def test_forked_session_names_the_thread_it_was_forked_from(tmp_path):
         "fork-1", "thread-0", "fork", "codex")
 
 
+@recorded
 def test_spawn_and_wait_agent_calls_pair_with_outputs_naming_the_children():
     children = {load(CHILD_A).info.session_id, load(CHILD_B).info.session_id}
     items = project(load(PARENT).messages).items
@@ -333,6 +355,7 @@ def test_spawn_and_wait_agent_calls_pair_with_outputs_naming_the_children():
     assert all(r is not None for _, r in pairs)
 
 
+@recorded
 def test_tool_search_call_keeps_object_arguments_and_pairs_with_its_output():
     conv = load(PARENT)
     search = conv.messages[1].tool_calls[0]
@@ -398,6 +421,7 @@ def test_output_for_an_unknown_call_is_skipped_with_a_warning(tmp_path):
 # --- aborted turns ----------------------------------------------------------------------------
 
 
+@recorded
 def test_aborted_turns_mark_the_last_response_of_each_of_the_four_turns():
     conv = load(ABORTED)
     assert conv.stats["turn_aborted"] == 4
@@ -432,6 +456,7 @@ def final_total(name: str) -> dict[str, int]:
     return counts[-1]["total_token_usage"]
 
 
+@recorded
 @pytest.mark.parametrize("name", [ABORTED, SHELL, SINGLE, PARENT, CHILD_A, CHILD_B])
 def test_per_request_usage_sums_to_the_final_cumulative_total(name: str):
     total, conv = final_total(name), load(name)
@@ -445,6 +470,7 @@ def test_per_request_usage_sums_to_the_final_cumulative_total(name: str):
     assert conv.usage.total == total["total_tokens"]
 
 
+@recorded
 def test_synthetic_duplicate_token_count_is_counted_once():
     conv = load(SYNTHETIC)
     # L18 and L19 repeat total 100; L25 adds last usage 40/10/15/5. Raw totals (100, 160) break
@@ -456,6 +482,7 @@ def test_synthetic_duplicate_token_count_is_counted_once():
     assert [m.usage.total for m in conv.messages if m.usage] == [95, 55]
 
 
+@recorded
 def test_usage_goes_to_the_request_it_precedes_in_0_40_and_follows_in_0_142():
     first_040 = next(m for m in load(SINGLE).messages if m.role == "assistant")
     assert (first_040.id, first_040.usage) == ("L8", Usage(339, 100, 2560, 0, 64))  # from L7
@@ -475,6 +502,7 @@ def test_token_count_without_last_usage_uses_the_difference_of_totals(tmp_path):
 # --- lines, branches, unknowns ----------------------------------------------------------------
 
 
+@recorded
 def test_unknown_future_payload_is_counted_without_a_warning():
     conv = load(SYNTHETIC)
     assert conv.stats["unknown_types"] == 1  # event_msg future_payload on L27
@@ -482,6 +510,7 @@ def test_unknown_future_payload_is_counted_without_a_warning():
     assert "not-a-real-secret" not in repr(conv)
 
 
+@recorded
 def test_compacted_line_is_counted_and_earlier_messages_stay_on_the_path():
     conv = load(SYNTHETIC)
     assert (conv.compactions, conv.stats["compactions"]) == (1, 1)
@@ -545,6 +574,7 @@ def test_glued_items_of_one_request_stay_one_message(tmp_path):
     assert conv.messages[1].content == (TextBlock("a"), ToolCall("c1", "shell", {}))
 
 
+@recorded
 def test_ids_do_not_change_when_the_file_grows():
     path = str(fixture(ABORTED))
     records = read_jsonl(path).records

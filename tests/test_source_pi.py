@@ -1,4 +1,6 @@
-"""Pi session files (specs/session-formats.md §1) read into the normalized model."""
+"""Pi session files (specs/session-formats.md §1) read into the normalized model: the recorded
+sessions (marked ``recorded``) and small hand-made records; tests/test_samples.py covers the
+project's own samples."""
 
 from __future__ import annotations
 
@@ -12,14 +14,14 @@ from context_paging.index.jsonl import Record, read_jsonl
 from context_paging.index.model import HiddenBlock, TextBlock, ToolCall, Usage
 from context_paging.index.sources import detect
 from context_paging.index.sources.pi import active_path, build, migrate
-from tests.conftest import FIXTURES, fixture
+from tests.conftest import FIXTURES, RECORDED, fixture, recorded
 
 CONCAT = "pi-v1-real-compaction-with-concatenated-line.jsonl"
 LARGE = "pi-v1-real-large-session-aborted-and-model-change.jsonl"
 TWO_COMPACTIONS = "pi-v1-real-two-compactions-bash-exec.jsonl"
 BRANCHING = "pi-v3-SYNTHETIC-branching-compaction-unknown-entry.jsonl"
 TINY = "pi-v3-real-redacted-smoke-session-info.jsonl"
-PI_FIXTURES = sorted(p.name for p in (FIXTURES / "pi").glob("*.jsonl"))
+PI_FIXTURES = RECORDED["pi"]
 
 
 def load(name: str):
@@ -62,10 +64,13 @@ def assistant(*blocks, stop="stop"):
 # --- every fixture -----------------------------------------------------------------------------
 
 
+@recorded
 def test_the_fixture_folder_holds_the_five_pi_samples():
-    assert PI_FIXTURES == sorted([CONCAT, LARGE, TWO_COMPACTIONS, BRANCHING, TINY])
+    on_disk = sorted(p.name for p in (FIXTURES / "pi").glob("*.jsonl"))
+    assert on_disk == PI_FIXTURES == sorted([CONCAT, LARGE, TWO_COMPACTIONS, BRANCHING, TINY])
 
 
+@recorded
 @pytest.mark.parametrize("name", PI_FIXTURES)
 def test_every_pi_fixture_is_detected_and_loads(name):
     path = str(fixture(name))
@@ -93,6 +98,7 @@ EXPECTED_COUNTS = {
 }
 
 
+@recorded
 @pytest.mark.parametrize("name", PI_FIXTURES)
 def test_each_fixture_yields_the_counted_items_and_messages(name):
     conv = load(name)
@@ -134,6 +140,7 @@ REPORTED = {
 }
 
 
+@recorded
 @pytest.mark.parametrize("name", PI_FIXTURES)
 def test_every_tool_call_pairs_or_is_an_interrupted_turn_or_is_reported(name):
     conv = load(name)
@@ -167,6 +174,7 @@ def _private_strings(path) -> set[str]:
     return found
 
 
+@recorded
 @pytest.mark.parametrize("name", PI_FIXTURES)
 def test_no_thinking_or_signature_text_reaches_the_public_view_or_the_conversation(name):
     conv = load(name)
@@ -177,6 +185,7 @@ def test_no_thinking_or_signature_text_reaches_the_public_view_or_the_conversati
         assert secret not in everything
 
 
+@recorded
 def test_the_fixtures_really_contain_thinking_and_signatures_to_hide():
     assert len(_private_strings(fixture(TWO_COMPACTIONS))) > 50
     assert "[REDACTED_TEXTSIGNATURE]" in _private_strings(fixture(TINY))
@@ -185,6 +194,7 @@ def test_the_fixtures_really_contain_thinking_and_signatures_to_hide():
 # --- v1 ----------------------------------------------------------------------------------------
 
 
+@recorded
 def test_both_objects_glued_on_line_440_are_messages_with_ids_L440_and_L440_1():
     conv = load(CONCAT)
     by_id = {m.id: m for m in conv.messages}
@@ -197,6 +207,7 @@ def test_both_objects_glued_on_line_440_are_messages_with_ids_L440_and_L440_1():
     assert ids.index("L440.1") == ids.index("L440") + 1
 
 
+@recorded
 @pytest.mark.parametrize("name", [CONCAT, LARGE, TWO_COMPACTIONS])
 def test_v1_message_ids_are_their_line_numbers_and_unique(name):
     conv = load(name)
@@ -206,6 +217,7 @@ def test_v1_message_ids_are_their_line_numbers_and_unique(name):
     assert conv.info.format == "pi-v1"
 
 
+@recorded
 def test_v1_entries_form_one_chain_through_the_previous_entry():
     entries = migrate(read_jsonl(str(fixture(CONCAT))).records).entries
     assert entries[0].parent_id is None
@@ -213,6 +225,7 @@ def test_v1_entries_form_one_chain_through_the_previous_entry():
     assert [e.id for e in entries[438:441]] == ["L440", "L440.1", "L441"]
 
 
+@recorded
 def test_v1_first_kept_entry_index_becomes_the_id_of_that_entry():
     # firstKeptEntryIndex counts objects with the header as 0, so index n is line n + 1 here.
     concat = migrate(read_jsonl(str(fixture(CONCAT))).records).entries
@@ -223,6 +236,7 @@ def test_v1_first_kept_entry_index_becomes_the_id_of_that_entry():
     assert kept_roles == ["user", "user"]
 
 
+@recorded
 def test_aborted_and_error_responses_become_failed_turns():
     conv = load(LARGE)
     stops = Counter(m.stop_reason for m in conv.messages if m.role == "assistant")
@@ -234,6 +248,7 @@ def test_aborted_and_error_responses_become_failed_turns():
     assert empty.message.content == () and empty.message.stop_reason == "aborted"
 
 
+@recorded
 def test_bash_executions_are_user_messages_with_pi_s_own_text():
     conv = load(TWO_COMPACTIONS)
     bash = [m for m in conv.messages if m.origin == "bash"]
@@ -266,6 +281,7 @@ def test_bash_text_marks_failures_cancellation_and_truncation():
     ]
 
 
+@recorded
 def test_forked_v1_session_names_its_parent_from_branched_from():
     info = load(TWO_COMPACTIONS).info
     assert (info.parent_id, info.parent_kind) == ("d97339c6-6c10-4827-846b-9ff1d9c3dc37", "fork")
@@ -276,6 +292,7 @@ def test_forked_v1_session_names_its_parent_from_branched_from():
     assert (info.created, info.updated) == ("2025-12-09T00:53:29.825Z", "2025-12-09T01:26:35.570Z")
 
 
+@recorded
 def test_compactions_are_counted_and_never_messages():
     conv = load(TWO_COMPACTIONS)
     assert conv.compactions == 2
@@ -286,6 +303,7 @@ def test_compactions_are_counted_and_never_messages():
 # --- v3 ----------------------------------------------------------------------------------------
 
 
+@recorded
 def test_branching_fixture_follows_the_last_line_back_to_the_root():
     path = str(fixture(BRANCHING))
     assert active_path(read_jsonl(path).records, path) == ["e1", "e2", "e7", "e8"]
@@ -294,6 +312,7 @@ def test_branching_fixture_follows_the_last_line_back_to_the_root():
     assert conv.messages[1].tool_calls == (ToolCall("call-2", "bash", {}),)
 
 
+@recorded
 def test_branching_fixture_counts_its_compaction_usage_and_unknown_entry():
     conv = load(BRANCHING)
     assert conv.compactions == 1  # e5, on the abandoned branch
@@ -305,6 +324,7 @@ def test_branching_fixture_counts_its_compaction_usage_and_unknown_entry():
     assert "ignored" not in repr(conv)  # the unknown entry's fields are not carried
 
 
+@recorded
 def test_usage_sums_every_assistant_of_a_linear_file():
     conv = load(TINY)
     assert conv.usage == Usage(input=433, output=9)
@@ -312,6 +332,7 @@ def test_usage_sums_every_assistant_of_a_linear_file():
     assert conv.messages[1].model == "gpt-5.5"
 
 
+@recorded
 def test_tiny_v3_file_takes_its_title_from_session_info_and_drops_the_text_signature():
     conv = load(TINY)
     info = conv.info
