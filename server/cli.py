@@ -200,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the main job on bundled sample data")
     demo.set_defaults(run=_cmd_demo)
+
+    from context_paging.server.proxy_cli import add_commands as add_proxy_commands
+
+    add_proxy_commands(commands)  # proxy, run, doctor, install-proxy
     return parser
 
 

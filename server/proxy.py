@@ -44,6 +44,7 @@ _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"tr
 _HOP_REPLY = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                         b"upgrade", b"proxy-connection"})
 PREVIOUS_BODIES = 32
+HEALTH_PATH = "/_context-paging/health"
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class Proxy:
         if scope["type"] != "http":
             return
         request = Request(scope, receive)
+        if request.url.path == HEALTH_PATH:  # the one path the proxy answers itself (doctor)
+            await Response(wire.dumps({"service": "context-paging proxy"}).encode(),
+                           media_type="application/json")(scope, receive, send)
+            return
         body = await request.body()
         api = wire.route(request.method, request.url.path)
         if api is not None:
