@@ -442,7 +442,7 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
                                       "conversation (letters, digits, '.', '_', '-')")],
         messages: Annotated[list[dict[str, Any]], Field(description="The full outgoing "
                                                         "conversation, oldest first")],
-        format: Literal["auto", "anthropic", "openai", "pi"] = "auto",
+        format: Literal["auto", "anthropic", "openai", "responses", "pi"] = "auto",
         system: Annotated[str | list[dict[str, Any]] | None, Field(
             description="System prompt (resident input, counted once)")] = None,
         tools: Annotated[list[dict[str, Any]] | None, Field(

@@ -83,6 +83,33 @@ def anthropic_message(content: list[dict[str, Any]], stop: str = "end_turn") -> 
     return Reply(chunks=(json.dumps(body).encode(),))
 
 
+def responses_stream(text: str = "ok") -> Reply:
+    """An OpenAI Responses SSE reply with one assistant message."""
+    base = {"id": "resp_fake", "object": "response", "created_at": 0, "model": "gpt-fake",
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    item = {"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0},
+             "total_tokens": 12}
+    return sse([
+        {"type": "response.created", "sequence_number": 0,
+         "response": {**base, "status": "in_progress", "output": []}},
+        {"type": "response.output_item.done", "sequence_number": 1, "output_index": 0,
+         "item": item},
+        {"type": "response.completed", "sequence_number": 2,
+         "response": {**base, "status": "completed", "output": [item], "usage": usage}},
+    ])
+
+
+def chat_completion(text: str = "ok") -> Reply:
+    body = {"id": "chatcmpl_fake", "object": "chat.completion", "created": 0,
+            "model": "gpt-fake", "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}
+    return Reply(chunks=(json.dumps(body).encode(),))
+
+
 @dataclass
 class FakeProvider:
     """ASGI app: records requests; answers from ``queue`` first, else a default per path."""
@@ -100,6 +127,10 @@ class FakeProvider:
             except (ValueError, AttributeError):  # the proxy forwarded a body it cannot read
                 wants_stream = False
             return anthropic_stream(text, "end_turn") if wants_stream else anthropic_message(text)
+        if request.path.endswith("/responses"):
+            return responses_stream()
+        if request.path.endswith("/chat/completions"):
+            return chat_completion()
         return Reply(chunks=(json.dumps({"echo": request.path}).encode(),))
 
     async def __call__(self, scope, receive, send) -> None:

@@ -14,12 +14,12 @@ from pathlib import Path
 import anthropic
 import httpx2 as httpx
 import pytest
-
 from context_paging.server import wire
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import make_history
 from context_paging.server.proxy import Proxy, Upstreams
 from context_paging.server.proxy_state import ProxyLog, conversation_stats, last_proxied
+
 from tests.fake_provider import FakeProvider, Recorded, Reply, Served, anthropic_stream
 
 SESSION = "5b1e7c2a-0d1f-4c55-9d7e-0a1b2c3d4e5f"
@@ -221,8 +221,8 @@ def test_count_tokens_and_unknown_paths_pass_through_untouched(stack):
     assert counted.input_tokens == 1234
     assert stack.provider.requests[-1].path == "/v1/messages/count_tokens"
     raw = b'{ "model" : "m",  "messages": [ {"role":"user","content":"\\u00e9"} ] }'
-    for method, path in (("POST", "/v1/messages/count_tokens"), ("POST", "/api/event_logging/batch"),
-                         ("GET", "/v1/models?limit=5"), ("PUT", "/v1/whatever")):
+    for method, path in (("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models?limit=5"),
+                         ("POST", "/api/event_logging/batch"), ("PUT", "/v1/whatever")):
         response = httpx.request(method, stack.url + path, content=raw if method != "GET" else b"",
                                  headers={"x-api-key": "k", "x-custom": "kept"})
         assert response.status_code == 200
