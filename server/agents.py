@@ -196,7 +196,7 @@ def _points_at(port: int, home: Path, environ: dict[str, str]) -> list[str]:
 
 
 def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> tuple[bool, str]:
-    from context_paging.server.proxy_state import conversation_stats, last_proxied
+    from context_paging.index.proxied import conversation_stats, last_proxied
 
     lines = []
     try:

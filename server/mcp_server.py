@@ -58,7 +58,8 @@ SessionArg = Annotated[
     Field(
         description="Session reference: 'claude:<id>', 'pi:<id>', 'codex:<id>', 'ledger:<id>', a "
         "bare id, or a path inside a session root. Default: the session select_context last saw, "
-        "else the newest session run in the server's working directory.",
+        "else the conversation the context-paging proxy forwarded last, else the newest "
+        "session run in the server's working directory.",
         max_length=4096,
     ),
 ]

@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from context_paging.index.proxied import ProxyLog
 from context_paging.server import wire
-from context_paging.server.proxy_state import ProxyLog
 
 log = logging.getLogger("context_paging")
 

@@ -211,15 +211,3 @@ def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, s
     session = agent_session(api, value, headers)
     name = _UNSAFE.sub("-", session).strip("-.")[:80] if session else "anon"
     return f"{api.prefix}-{name or 'anon'}-{digest}"
-
-
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix, by halving (slice compares run in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[low:mid] == b[low:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low

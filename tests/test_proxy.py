@@ -14,12 +14,13 @@ from pathlib import Path
 import anthropic
 import httpx2 as httpx
 import pytest
+
+from context_paging.index.proxied import ProxyLog, conversation_stats, last_proxied
+from context_paging.index.stats import render as render_stats
 from context_paging.server import wire
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import make_history
 from context_paging.server.proxy import Proxy, Upstreams
-from context_paging.server.proxy_state import ProxyLog, conversation_stats, last_proxied
-
 from tests.fake_provider import FakeProvider, Recorded, Reply, Served, anthropic_stream
 
 SESSION = "5b1e7c2a-0d1f-4c55-9d7e-0a1b2c3d4e5f"
@@ -156,6 +157,29 @@ def test_a_long_claude_code_conversation_pages_and_keeps_its_prefix_until_the_cu
     tally = conversation_stats(stack.home, ledger)
     assert tally["requests"] == len(sent) and tally["cut_advances"] >= advances
     assert tally["sent_tokens"] < tally["full_tokens"]
+
+
+def test_the_recovery_tools_default_to_the_conversation_the_proxy_saw_last(stack):
+    client = stack.anthropic()
+    for messages in claude_code_conversation(15):
+        client.messages.create(model="claude-fake", max_tokens=10, system=SYSTEM, tools=TOOLS,
+                               messages=messages, metadata={"user_id": USER_ID})
+    body = stack.provider.requests[0].json()  # before any paging: the conversation's start
+    ledger = f"ledger:{wire.conversation_key(wire.ANTHROPIC, body, {})}"
+    # another process (the MCP server) over the same home, with no session passed
+    other = make_history(load_settings(home=str(stack.home)))
+    try:
+        assert other.resolve_default(None) == ledger
+        found = other.search("marker-turn-0", None, "session", (), (), None, 3)
+        assert found.references[0]["session"] == ledger
+        stats = other.stats(None)
+        assert stats.proxy is not None and stats.proxy.requests == 18
+        assert 0 < stats.proxy.sent_tokens < stats.proxy.full_tokens
+        assert stats.proxy.cut_advances >= 1 and 0 < stats.proxy.prefix_share < 1
+        text = render_stats(stats)
+        assert "PROXY" in text and "Cut advances" in text and "Repeated prefix" in text
+    finally:
+        other.close()
 
 
 def test_system_tools_and_every_other_field_reach_the_provider_byte_for_byte(stack):

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from context_paging.server.wire import common_prefix
+from context_paging.index.stats import ProxyFigures
+
 
 LAST = "last.json"
+# The recovery tools default to the proxied conversation while it is in use; a proxy that last
+# ran days ago should not shadow the session the user works in now.
+FRESH_SECONDS = 6 * 3600
 
 
 def proxy_directory(home: Path) -> Path:
@@ -44,9 +49,17 @@ def _read(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def last_proxied(home: Path) -> str | None:
-    """``ledger:<id>`` of the conversation the proxy forwarded last, if any."""
-    value = _read(proxy_directory(home) / LAST)
+def last_proxied(home: Path, within: float | None = None) -> str | None:
+    """``ledger:<id>`` of the conversation the proxy forwarded last, if any (and, with
+    ``within``, only if that was at most so many seconds ago)."""
+    path = proxy_directory(home) / LAST
+    if within is not None:
+        try:
+            if time.time() - path.stat().st_mtime > within:
+                return None
+        except OSError:
+            return None
+    value = _read(path)
     ref = value.get("session") if value else None
     return ref if isinstance(ref, str) and ref.startswith("ledger:") else None
 
@@ -57,6 +70,18 @@ def conversation_stats(home: Path, ref: str) -> dict[str, Any] | None:
     if "/" in name or name.startswith("."):
         return None
     return _read(proxy_directory(home) / f"{name}.json")
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix, by halving (slice compares run in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[low:mid] == b[low:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 class ProxyLog:
@@ -98,18 +123,10 @@ class ProxyLog:
             _write(self.directory / LAST, {"session": f"ledger:{session}"})
 
 
-def render(tally: dict[str, Any]) -> str:
-    """The proxy's lines for the stats report."""
-    requests = tally.get("requests", 0)
-    sent, full = tally.get("sent_tokens", 0), tally.get("full_tokens", 0)
+def figures(tally: dict[str, Any]) -> ProxyFigures:
     compared = tally.get("compared_bytes", 0)
-    share = f"{tally.get('prefix_bytes', 0) / compared * 100:.1f}%" if compared else "unavailable"
-    saved = f"   ({(1 - sent / full) * 100:.1f}% less)" if full else ""
-    rows = [
-        ("Requests", f"{requests:,} ({tally.get('api', '?')})"),
-        ("Tokens sent", f"~{sent:,} of ~{full:,} in full history{saved}"),
-        ("Cut advances", f"{tally.get('cut_advances', 0):,}"),
-        ("Repeated prefix", share),
-    ]
-    return "\n".join(["", "PROXY — requests forwarded (chars/4 of the bodies)"]
-                     + [f"  {label:<21}{value}" for label, value in rows])
+    return ProxyFigures(
+        api=str(tally.get("api", "?")), requests=int(tally.get("requests", 0)),
+        sent_tokens=int(tally.get("sent_tokens", 0)), full_tokens=int(tally.get("full_tokens", 0)),
+        cut_advances=int(tally.get("cut_advances", 0)),
+        prefix_share=round(tally.get("prefix_bytes", 0) / compared, 4) if compared else None)
