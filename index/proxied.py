@@ -23,7 +23,6 @@ from typing import Any
 
 from context_paging.index.stats import ProxyFigures
 
-
 LAST = "last.json"
 # The recovery tools default to the proxied conversation while it is in use; a proxy that last
 # ran days ago should not shadow the session the user works in now.

@@ -118,7 +118,8 @@ def render(stats: Stats) -> str:
                   _row("Decisions by judge", judges or "none")]
     if stats.proxy is not None:
         p = stats.proxy
-        less = f"   ({(1 - p.sent_tokens / p.full_tokens) * 100:.1f}% less)" if p.full_tokens else ""
+        less = (f"   ({(1 - p.sent_tokens / p.full_tokens) * 100:.1f}% less)"
+                if p.full_tokens else "")
         share = "unavailable" if p.prefix_share is None else f"{p.prefix_share * 100:.1f}%"
         lines += ["", "PROXY — requests forwarded (characters/4 of the bodies)",
                   _row("Requests", f"{_grouped(p.requests)} ({p.api})"),
