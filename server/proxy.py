@@ -18,6 +18,7 @@ sends the original bytes and logs one line on stderr. Headers are never logged o
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -73,8 +74,11 @@ class Proxy:
         self.upstreams = upstreams
         self.log = proxy_log
         self.client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(600.0, connect=30.0), follow_redirects=False, trust_env=False)
+            timeout=httpx.Timeout(600.0, connect=30.0), follow_redirects=False, trust_env=False,
+            transport=httpx.AsyncHTTPTransport(
+                trust_env=False, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
         self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
         self._previous: OrderedDict[str, bytes] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -90,19 +94,25 @@ class Proxy:
             return
         body = await request.body()
         api = wire.route(request.method, request.url.path)
+        note = None
         if api is not None:
-            body = await anyio.to_thread.run_sync(self._page, api, body, request.headers)
-        response = await self._forward(request, body)
+            body, note = await anyio.to_thread.run_sync(self._page, api, body, request.headers)
+        async with anyio.create_task_group() as group:
+            if note is not None:  # the tally is written while the provider thinks
+                group.start_soon(anyio.to_thread.run_sync, note)
+            response = await self._forward(request, body)
         await response(scope, receive, send)
 
     # --- the conversation -------------------------------------------------------------------
 
-    def _page(self, api: wire.Api, raw: bytes, headers: Mapping[str, str]) -> bytes:
-        """The body to send: the window in place of the conversation, or the original bytes."""
+    def _page(self, api: wire.Api, raw: bytes,
+              headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None]:
+        """The body to send (the window in place of the conversation, or the original bytes)
+        and the stats note to write for it."""
         if headers.get("content-encoding", "identity") != "identity":
             log.warning("proxy: %s body is %s-encoded; forwarded unchanged", api.name,
                         headers.get("content-encoding"))
-            return raw
+            return raw, None
         try:
             with self._lock:
                 return self._paged(api, raw, headers)
@@ -112,9 +122,10 @@ class Proxy:
         except Exception as exc:  # fail open: the agent must never fail because of the proxy
             log.warning("proxy: %s request forwarded unchanged after an internal error: %s: %s",
                         api.name, type(exc).__name__, str(exc)[:200])
-        return raw
+        return raw, None
 
-    def _paged(self, api: wire.Api, raw: bytes, headers: Mapping[str, str]) -> bytes:
+    def _paged(self, api: wire.Api, raw: bytes,
+               headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None]:
         body = wire.read_body(raw, api.field)
         value = body.value
         conversation = value[api.field]
@@ -129,13 +140,23 @@ class Proxy:
                      and all(a is b for a, b in zip(window, conversation, strict=True)))
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
             window, reply.get("notice"), session))
-        if self.log is not None:
-            previous = self._previous.pop(session, None)
-            self._previous[session] = out
-            while len(self._previous) > PREVIOUS_BODIES:
-                self._previous.popitem(last=False)
-            self.log.record(session, api.name, reply, sent=out, full=raw, previous=previous)
-        return out
+        if self.log is None:
+            return out, None
+        previous = self._previous.pop(session, None)
+        self._previous[session] = out
+        while len(self._previous) > PREVIOUS_BODIES:
+            self._previous.popitem(last=False)
+        proxy_log = self.log
+
+        def note() -> None:
+            try:
+                with self._log_lock:
+                    proxy_log.record(session, api.name, reply, sent=out, full=raw,
+                                     previous=previous)
+            except Exception as exc:  # stats are best effort; the request goes on
+                log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
+
+        return out, note
 
     # --- forwarding -------------------------------------------------------------------------
 

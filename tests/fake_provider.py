@@ -159,6 +159,7 @@ class Served:
 
     def __init__(self, app, lifespan: str = "off") -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.socket.bind(("127.0.0.1", 0))
         self.socket.listen(128)
         self.port = self.socket.getsockname()[1]
