@@ -61,8 +61,8 @@ def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     """The proxy over this process's History (the ledger and select_context pipeline)."""
-    from context_paging.server.mcp_server import make_history
     from context_paging.index.proxied import ProxyLog
+    from context_paging.server.mcp_server import make_history
 
     history = make_history(settings)
     upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai)

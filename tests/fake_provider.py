@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio.to_thread
 import uvicorn
 
 
@@ -116,6 +117,10 @@ class FakeProvider:
 
     requests: list[Recorded] = field(default_factory=list)
     queue: deque[Reply] = field(default_factory=deque)
+    # When set: after the first chunk the provider waits (bounded) until the test opens the
+    # gate, so a test can prove the first chunk reached the client before the rest was sent.
+    gate: threading.Event | None = None
+    gate_opened: list[bool] = field(default_factory=list)
 
     def default(self, request: Recorded) -> Reply:
         if request.path.endswith("/count_tokens"):
@@ -149,8 +154,11 @@ class FakeProvider:
         reply = self.queue.popleft() if self.queue else self.default(recorded)
         await send({"type": "http.response.start", "status": reply.status,
                     "headers": [(k.encode(), v.encode()) for k, v in reply.headers]})
-        for chunk in reply.chunks:
+        for index, chunk in enumerate(reply.chunks):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if index == 0 and self.gate is not None:
+                opened = await anyio.to_thread.run_sync(self.gate.wait, 10.0)
+                self.gate_opened.append(opened)
         await send({"type": "http.response.body", "body": b""})
 
 

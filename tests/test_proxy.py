@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -236,6 +237,22 @@ def test_streamed_bytes_equal_the_providers(stack):
         message = stream.get_final_message()
     assert [b.type for b in message.content] == ["text", "tool_use"]
     assert message.content[1].input == {"command": "ls"}
+
+
+def test_stream_chunks_reach_the_client_before_the_provider_has_finished(stack):
+    stack.provider.gate = threading.Event()
+    reply = anthropic_stream([{"type": "text", "text": "hello"}], "end_turn")
+    stack.provider.queue.append(reply)
+    body = {"model": "claude-fake", "max_tokens": 10, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream("POST", f"{stack.url}/v1/messages", json=body,
+                      headers={"x-api-key": "k"}) as response:
+        chunks = response.iter_raw()
+        first = next(chunks)  # the provider is still holding the rest back
+        stack.provider.gate.set()
+        rest = b"".join(chunks)
+    assert stack.provider.gate_opened == [True]  # opened by us, not by its timeout
+    assert first + rest == reply.body and first.startswith(b"event: message_start")
 
 
 def test_count_tokens_and_unknown_paths_pass_through_untouched(stack):
