@@ -30,7 +30,9 @@ custom tool / shell calls). The run becomes one assistant view whose source is i
 the other items are its *followers* (no views of their own) and are rendered with it, so a
 reasoning item with encrypted content always travels with the calls it produced and parallel
 calls stay one exchange with their outputs. Reasoning is private: a thinking view, counted but
-never read. The ledger groups the same runs (``index.sources.hosts.join_turns``).
+never read. The ledger groups the same runs (``index.sources.hosts.join_turns``). Leading
+developer/system messages and Codex's leading set-up messages (environment, AGENTS.md) are
+resident.
 """
 
 from __future__ import annotations
@@ -372,6 +374,23 @@ def _is_responses_item(item: dict[str, Any]) -> bool:
         isinstance(b, dict) and b.get("type") in _RESPONSES_PARTS for b in content or ())
 
 
+# Codex opens every conversation with user-role messages that are set-up, not requests: the
+# environment, AGENTS.md and user instructions. Leading ones are resident like developer
+# messages, so paging never drops the agent's instructions.
+_AGENT_CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
+                  "<permissions instructions>")
+
+
+def _is_agent_context(item: dict[str, Any]) -> bool:
+    if item.get("type", "message") != "message" or item.get("role") != "user":
+        return False
+    content = item.get("content")
+    texts = [content] if isinstance(content, str) else [
+        b.get("text") for b in content or () if isinstance(b, dict)]
+    return bool(texts) and all(isinstance(t, str) and t.lstrip().startswith(_AGENT_CONTEXT)
+                               for t in texts)
+
+
 def responses_role(item: dict[str, Any]) -> str:
     """``user``, ``system`` (system/developer), ``output`` (a call's output) or ``model`` (any
     other item: the model's own output, grouped into runs)."""
@@ -459,7 +478,7 @@ def _responses_views(items: Sequence[dict[str, Any]]) -> Views:
                 followers[index] = tuple(run[1:])
         elif index in in_run:
             continue  # rendered with its run's first item
-        elif role == "system" and not views:
+        elif not views and (role == "system" or _is_agent_context(item)):
             resident.append(index)
         elif role == "output":
             call_id = item.get("call_id")

@@ -96,8 +96,9 @@ def test_a_codex_responses_conversation_pages_and_keeps_reasoning_with_its_turn(
     bodies = [wire.read_body(r.body, "input") for r in upstream]
     last = bodies[-1].value["input"]
     assert len(last) < len(sent[-1]) / 2  # paged
-    assert last[0] == sent[-1][0]  # the developer message is resident, always first
-    notice = last[1]["content"][0]["text"]
+    # the developer message and Codex's environment context are resident, always first
+    assert last[:2] == sent[-1][:2]
+    notice = last[2]["content"][0]["text"]
     assert "Context paging notice" in notice and f"ledger:oa-{THREAD}" in notice
     assert any(i.get("type") == "reasoning" for i in last)
     advances = 0
@@ -107,7 +108,7 @@ def test_a_codex_responses_conversation_pages_and_keeps_reasoning_with_its_turn(
         assert body.value["include"] == ["reasoning.encrypted_content"]
         check_runs(body.value["input"], items)
     for before, after in zip(bodies, bodies[1:], strict=False):
-        if before.value["input"][1] != after.value["input"][1]:
+        if before.value["input"][2] != after.value["input"][2]:
             advances += 1
             continue
         end = before.spans["input"][1] - 1
@@ -132,7 +133,7 @@ def test_responses_is_a_select_context_format_whose_runs_render_whole():
     items = list(codex_requests(6))[-1]
     assert detect_format(items) == "responses"
     views = to_views(items, "responses")
-    assert views.resident == (0,)
+    assert views.resident == (0, 1)  # developer message, environment context
     # every reasoning item is a follower-less run head or inside a run: never a view alone
     heads = {v.source for v in views.views if v.message["role"] == "assistant"}
     for index, item in enumerate(items):
