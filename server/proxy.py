@@ -80,6 +80,9 @@ class Proxy:
         self._lock = threading.Lock()
         self._log_lock = threading.Lock()
         self._previous: OrderedDict[str, bytes] = OrderedDict()
+        # per conversation: the provider's usage for the latest reply, which the next request
+        # contains; select_context calibrates its estimate with it
+        self._usage: OrderedDict[str, dict[str, int]] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -94,25 +97,27 @@ class Proxy:
             return
         body = await request.body()
         api = wire.route(request.method, request.url.path)
-        note = None
+        note, session = None, None
         if api is not None:
-            body, note = await anyio.to_thread.run_sync(self._page, api, body, request.headers)
+            body, note, session = await anyio.to_thread.run_sync(
+                self._page, api, body, request.headers)
         async with anyio.create_task_group() as group:
             if note is not None:  # the tally is written while the provider thinks
                 group.start_soon(anyio.to_thread.run_sync, note)
-            response = await self._forward(request, body)
+            tap = (session, api) if api is not None and session is not None else None
+            response = await self._forward(request, body, tap)
         await response(scope, receive, send)
 
     # --- the conversation -------------------------------------------------------------------
 
     def _page(self, api: wire.Api, raw: bytes,
-              headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None]:
-        """The body to send (the window in place of the conversation, or the original bytes)
-        and the stats note to write for it."""
+              headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str | None]:
+        """The body to send (the window in place of the conversation, or the original bytes),
+        the stats note to write for it and the conversation's ledger session."""
         if headers.get("content-encoding", "identity") != "identity":
             log.warning("proxy: %s body is %s-encoded; forwarded unchanged", api.name,
                         headers.get("content-encoding"))
-            return raw, None
+            return raw, None, None
         try:
             with self._lock:
                 return self._paged(api, raw, headers)
@@ -122,10 +127,10 @@ class Proxy:
         except Exception as exc:  # fail open: the agent must never fail because of the proxy
             log.warning("proxy: %s request forwarded unchanged after an internal error: %s: %s",
                         api.name, type(exc).__name__, str(exc)[:200])
-        return raw, None
+        return raw, None, None
 
     def _paged(self, api: wire.Api, raw: bytes,
-               headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None]:
+               headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str]:
         body = wire.read_body(raw, api.field)
         value = body.value
         conversation = value[api.field]
@@ -134,14 +139,14 @@ class Proxy:
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
         reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
-                            model=model)
+                            model=model, usage=self._usage.get(session))
         window = reply["messages"]
         unchanged = (len(window) == len(conversation)
                      and all(a is b for a, b in zip(window, conversation, strict=True)))
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
             window, reply.get("notice"), session))
         if self.log is None:
-            return out, None
+            return out, None, session
         previous = self._previous.pop(session, None)
         self._previous[session] = out
         while len(self._previous) > PREVIOUS_BODIES:
@@ -156,11 +161,12 @@ class Proxy:
             except Exception as exc:  # stats are best effort; the request goes on
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
-        return out, note
+        return out, note, session
 
     # --- forwarding -------------------------------------------------------------------------
 
-    async def _forward(self, request: Request, body: bytes) -> Response:
+    async def _forward(self, request: Request, body: bytes,
+                       tap: tuple[str, wire.Api] | None = None) -> Response:
         base = self.upstreams.for_request(request.url.path, request.headers)
         url = base + request.url.path + (f"?{request.url.query}" if request.url.query else "")
         headers = [(k, v) for k, v in request.headers.raw if k.lower() not in _HOP]
@@ -174,13 +180,34 @@ class Proxy:
                     "type": "api_error", "message": f"context-paging proxy could not reach "
                     f"{base}: {type(exc).__name__}"}}).encode(),
                 status_code=502, media_type="application/json")
-        response = StreamingResponse(reply.aiter_raw(), status_code=reply.status_code,
+        chunks = reply.aiter_raw()
+        if tap is not None and reply.status_code == 200 and not reply.headers.get(
+                "content-encoding"):
+            streaming = reply.headers.get("content-type", "").startswith("text/event-stream")
+            chunks = self._tapped(chunks, tap[0], wire.UsageTap(tap[1], streaming))
+        response = StreamingResponse(chunks, status_code=reply.status_code,
                                      background=BackgroundTask(reply.aclose))
         # Raw bytes go back, so the provider's own headers (content-encoding and length
         # included) describe them exactly; only hop-by-hop headers stop here.
         response.raw_headers = [(k, v) for k, v in reply.headers.raw
                                 if k.lower() not in _HOP_REPLY]
         return response
+
+
+    async def _tapped(self, chunks: Any, session: str, tap: wire.UsageTap) -> Any:
+        """The reply's chunks as they come, each forwarded before the usage tap reads it."""
+        async for chunk in chunks:
+            yield chunk
+            try:
+                tap.feed(chunk)
+            except Exception:  # usage is best effort
+                log.debug("usage tap failed", exc_info=True)
+        usage = tap.result()
+        if usage:
+            self._usage.pop(session, None)
+            self._usage[session] = usage
+            while len(self._usage) > PREVIOUS_BODIES:
+                self._usage.popitem(last=False)
 
 
 def _name_session(window: list[dict[str, Any]], notice: str | None,

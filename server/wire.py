@@ -211,3 +211,78 @@ def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, s
     session = agent_session(api, value, headers)
     name = _UNSAFE.sub("-", session).strip("-.")[:80] if session else "anon"
     return f"{api.prefix}-{name or 'anon'}-{digest}"
+
+
+# --- usage of the provider's reply --------------------------------------------------------------
+
+USAGE_BODY_LIMIT = 8 << 20  # a JSON reply larger than this is not kept for its usage
+
+
+class UsageTap:
+    """Reads the provider's token usage out of a reply as its chunks pass (after each has been
+    forwarded), for the next request's calibration (paging/calibrate.py): SSE ``data:`` lines
+    that mention usage, or a whole JSON body. Returns select_context's usage fields — input
+    without the cached part, cache reads, cache writes, output — or None."""
+
+    def __init__(self, api: Api, streaming: bool) -> None:
+        self.api = api
+        self.streaming = streaming
+        self.pending = b""
+        self.body: list[bytes] = []
+        self.size = 0
+        self.usage: dict[str, int] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.streaming:
+            self.size += len(chunk)
+            if self.size <= USAGE_BODY_LIMIT:
+                self.body.append(chunk)
+            return
+        lines = (self.pending + chunk).split(b"\n")
+        self.pending = lines.pop()
+        if len(self.pending) > USAGE_BODY_LIMIT:
+            self.pending = b""
+        for line in lines:
+            if line.startswith(b"data:") and b'"usage"' in line:
+                try:
+                    self._read(json.loads(line[5:]))
+                except ValueError:
+                    continue
+
+    def result(self) -> dict[str, int] | None:
+        if not self.streaming and self.body and self.size <= USAGE_BODY_LIMIT:
+            try:
+                self._read(json.loads(b"".join(self.body)))
+            except ValueError:
+                return None
+        return self.usage or None
+
+    def _read(self, event: Any) -> None:
+        if not isinstance(event, dict):
+            return
+        for holder in (event, event.get("message"), event.get("response")):
+            usage = holder.get("usage") if isinstance(holder, dict) else None
+            if isinstance(usage, dict):
+                self._merge(usage)
+
+    def _merge(self, usage: dict[str, Any]) -> None:
+        def number(*path: str) -> int | None:
+            value: Any = usage
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        if self.api is ANTHROPIC:  # input is the uncached part already; output is cumulative
+            found = {"input_tokens": number("input_tokens"),
+                     "cache_read_tokens": number("cache_read_input_tokens"),
+                     "cache_write_tokens": number("cache_creation_input_tokens"),
+                     "output_tokens": number("output_tokens")}
+        else:  # OpenAI counts cached tokens inside the input
+            total = number("input_tokens") if self.api is RESPONSES else number("prompt_tokens")
+            cached = number("input_tokens_details", "cached_tokens") if self.api is RESPONSES \
+                else number("prompt_tokens_details", "cached_tokens")
+            found = {"input_tokens": None if total is None else total - (cached or 0),
+                     "cache_read_tokens": cached,
+                     "output_tokens": number("output_tokens") if self.api is RESPONSES
+                     else number("completion_tokens")}
+        self.usage.update({k: v for k, v in found.items() if v is not None and v >= 0})

@@ -55,11 +55,12 @@ def sse(events: list[dict[str, Any]], named: bool = True) -> Reply:
                        ("request-id", "req_fake"), ("x-provider", "fake")), tuple(chunks))
 
 
-def anthropic_stream(content: list[dict[str, Any]], stop: str = "tool_use") -> Reply:
+def anthropic_stream(content: list[dict[str, Any]], stop: str = "tool_use",
+                     input_tokens: int = 10) -> Reply:
     events: list[dict[str, Any]] = [{"type": "message_start", "message": {
         "id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
         "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 1}}}]
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}]
     for index, block in enumerate(content):
         if block["type"] == "tool_use":
             events.append({"type": "content_block_start", "index": index,
@@ -77,20 +78,21 @@ def anthropic_stream(content: list[dict[str, Any]], stop: str = "tool_use") -> R
     return sse(events)
 
 
-def anthropic_message(content: list[dict[str, Any]], stop: str = "end_turn") -> Reply:
+def anthropic_message(content: list[dict[str, Any]], stop: str = "end_turn",
+                      input_tokens: int = 10) -> Reply:
     body = {"id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
             "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 5}}
+            "usage": {"input_tokens": input_tokens, "output_tokens": 5}}
     return Reply(chunks=(json.dumps(body).encode(),))
 
 
-def responses_stream(text: str = "ok") -> Reply:
+def responses_stream(text: str = "ok", input_tokens: int = 10) -> Reply:
     """An OpenAI Responses SSE reply with one assistant message."""
     base = {"id": "resp_fake", "object": "response", "created_at": 0, "model": "gpt-fake",
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
     item = {"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+    usage = {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
              "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0},
              "total_tokens": 12}
     return sse([
@@ -103,11 +105,12 @@ def responses_stream(text: str = "ok") -> Reply:
     ])
 
 
-def chat_completion(text: str = "ok") -> Reply:
+def chat_completion(text: str = "ok", input_tokens: int = 10) -> Reply:
     body = {"id": "chatcmpl_fake", "object": "chat.completion", "created": 0,
             "model": "gpt-fake", "choices": [{"index": 0, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}
+            "usage": {"prompt_tokens": input_tokens, "completion_tokens": 2,
+                      "total_tokens": input_tokens + 2}}
     return Reply(chunks=(json.dumps(body).encode(),))
 
 
@@ -123,6 +126,9 @@ class FakeProvider:
     gate_opened: list[bool] = field(default_factory=list)
 
     def default(self, request: Recorded) -> Reply:
+        """A plain answer whose usage counts the request as characters/4, like the tests'
+        estimator, so calibration from it is realistic."""
+        tokens = len(request.body) // 4
         if request.path.endswith("/count_tokens"):
             return Reply(chunks=(b'{"input_tokens": 1234}',))
         if request.path.endswith("/v1/messages"):
@@ -131,11 +137,12 @@ class FakeProvider:
                 wants_stream = json.loads(request.body or b"{}").get("stream")
             except (ValueError, AttributeError):  # the proxy forwarded a body it cannot read
                 wants_stream = False
-            return anthropic_stream(text, "end_turn") if wants_stream else anthropic_message(text)
+            return (anthropic_stream(text, "end_turn", tokens) if wants_stream
+                    else anthropic_message(text, "end_turn", tokens))
         if request.path.endswith("/responses"):
-            return responses_stream()
+            return responses_stream("ok", tokens)
         if request.path.endswith("/chat/completions"):
-            return chat_completion()
+            return chat_completion("ok", tokens)
         return Reply(chunks=(json.dumps({"echo": request.path}).encode(),))
 
     async def __call__(self, scope, receive, send) -> None:

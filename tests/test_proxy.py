@@ -126,7 +126,6 @@ def test_a_long_claude_code_conversation_pages_and_keeps_its_prefix_until_the_cu
     client = stack.anthropic()
     sent = []
     for messages in claude_code_conversation(30):
-        stack.provider.queue.append(anthropic_stream([{"type": "text", "text": "ok"}], "end_turn"))
         with client.messages.stream(model="claude-fake", max_tokens=1024, system=SYSTEM,
                                     tools=TOOLS, messages=messages,
                                     metadata={"user_id": USER_ID}) as stream:
@@ -174,6 +173,7 @@ def test_the_recovery_tools_default_to_the_conversation_the_proxy_saw_last(stack
         found = other.search("marker-turn-0", None, "session", (), (), None, 3)
         assert found.references[0]["session"] == ledger
         stats = other.stats(None)
+        assert stats.input_measured  # calibrated with the provider's usage of each reply
         assert stats.proxy is not None and stats.proxy.requests == 18
         assert 0 < stats.proxy.sent_tokens < stats.proxy.full_tokens
         assert stats.proxy.cut_advances >= 1 and 0 < stats.proxy.prefix_share < 1
@@ -343,3 +343,25 @@ def test_side_calls_and_subagents_get_their_own_ledger_sessions():
 
 def test_recorded_request_helper_reads_json():
     assert Recorded("POST", "/", "", {}, b'{"a": 1}').json() == {"a": 1}
+
+
+@pytest.mark.parametrize(("api", "streaming", "chunks", "expected"), [
+    (wire.ANTHROPIC, True, [b'event: message_start\ndata: {"type":"message_start","message":'
+                            b'{"usage":{"input_tokens":7,"cache_read_input_tokens":900,',
+                            b'"cache_creation_input_tokens":40,"output_tokens":1}}}\n\n',
+                            b'data: {"type":"message_delta","usage":{"output_tokens":55}}\n\n'],
+     {"input_tokens": 7, "cache_read_tokens": 900, "cache_write_tokens": 40,
+      "output_tokens": 55}),
+    (wire.RESPONSES, True, [b'data: {"type":"response.completed","response":{"usage":{"input_'
+                            b'tokens":1000,"input_tokens_details":{"cached_tokens":768},'
+                            b'"output_tokens":20}}}\n\n'],
+     {"input_tokens": 232, "cache_read_tokens": 768, "output_tokens": 20}),
+    (wire.CHAT, False, [b'{"usage":{"prompt_tokens":50,"completion_tokens":3,', b'"x":1}}'],
+     {"input_tokens": 50, "output_tokens": 3}),
+    (wire.ANTHROPIC, False, [b"not json"], None),
+])
+def test_the_usage_tap_reads_what_the_provider_counted(api, streaming, chunks, expected):
+    tap = wire.UsageTap(api, streaming)
+    for chunk in chunks:
+        tap.feed(chunk)
+    assert tap.result() == expected
