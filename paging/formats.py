@@ -381,7 +381,7 @@ _AGENT_CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md i
                   "<permissions instructions>")
 
 
-def _is_agent_context(item: dict[str, Any]) -> bool:
+def is_agent_context(item: dict[str, Any]) -> bool:
     if item.get("type", "message") != "message" or item.get("role") != "user":
         return False
     content = item.get("content")
@@ -478,7 +478,7 @@ def _responses_views(items: Sequence[dict[str, Any]]) -> Views:
                 followers[index] = tuple(run[1:])
         elif index in in_run:
             continue  # rendered with its run's first item
-        elif not views and (role == "system" or _is_agent_context(item)):
+        elif not views and (role == "system" or is_agent_context(item)):
             resident.append(index)
         elif role == "output":
             call_id = item.get("call_id")

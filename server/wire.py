@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from context_paging.paging.formats import is_agent_context
+
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -205,7 +207,10 @@ def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, s
     if api is not ANTHROPIC:
         # OpenAI conversations open with resident developer/system messages that can change
         # (permissions, environment); the first user message names the conversation better.
-        start = next((m for m in conversation if m.get("role") == "user"), start)
+        # (Codex's leading environment / AGENTS.md messages are the same in every thread of a
+        # directory, so the first real request names it.)
+        start = next((m for m in conversation if m.get("role") == "user"
+                      and not is_agent_context(m)), start)
     seed = json.dumps([start, names], sort_keys=True, ensure_ascii=True)
     digest = hashlib.blake2b(seed.encode(), digest_size=5).hexdigest()
     session = agent_session(api, value, headers)
