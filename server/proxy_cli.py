@@ -65,6 +65,7 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     from context_paging.server.mcp_server import make_history
 
     history = make_history(settings)
+    history.context  # noqa: B018  # load the tokenizer now, not during the first request
     upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai)
     return Proxy(history.select_context, upstreams, ProxyLog(settings.home)), history
 

@@ -124,3 +124,14 @@ def test_doctor_reports_proxy_up_agent_pointing_and_requests_flowing(tmp_path, u
         stack.close()
     ok, text = agents.doctor(port, stack.home, user_home, {})
     assert not ok and "not answering" in text
+
+
+def test_run_points_each_agent_at_the_proxy_its_own_way():
+    from context_paging.server.proxy_cli import child_environment
+
+    env, extra = child_environment("/usr/bin/claude", "http://127.0.0.1:5", {"PATH": "/bin"})
+    assert extra == [] and env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:5"
+    assert env["DISABLE_AUTO_COMPACT"] == "1" and env["PATH"] == "/bin"
+    env, extra = child_environment("codex", "http://127.0.0.1:5", {})
+    assert extra == ["-c", 'openai_base_url="http://127.0.0.1:5/v1"']
+    assert "ANTHROPIC_BASE_URL" not in env
