@@ -193,7 +193,6 @@ class Proxy:
                                 if k.lower() not in _HOP_REPLY]
         return response
 
-
     async def _tapped(self, chunks: Any, session: str, tap: wire.UsageTap) -> Any:
         """The reply's chunks as they come, each forwarded before the usage tap reads it."""
         async for chunk in chunks:
