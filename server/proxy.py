@@ -138,13 +138,19 @@ class Proxy:
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
+        pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
+        if pinned:  # counted as resident input: it stays in every window
+            system = ([{"type": "text", "text": system}] if isinstance(system, str)
+                      else list(system or [])) + pinned
         reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
                             model=model, usage=self._usage.get(session))
         window = reply["messages"]
         unchanged = (len(window) == len(conversation)
                      and all(a is b for a, b in zip(window, conversation, strict=True)))
+        if pinned and any(m is conversation[0] for m in window):
+            pinned = []  # the first message is still in the window, context and all
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
-            window, reply.get("notice"), session))
+            window, reply.get("notice"), session, pinned))
         if self.log is None:
             return out, None, session
         previous = self._previous.pop(session, None)
@@ -209,10 +215,26 @@ class Proxy:
                 self._usage.popitem(last=False)
 
 
-def _name_session(window: list[dict[str, Any]], notice: str | None,
-                  session: str) -> list[dict[str, Any]]:
+def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Claude Code's project context: the ``<system-reminder>`` text blocks (CLAUDE.md, the
+    date) that open the conversation's first user message. They are instructions, not history,
+    so they travel with the notice once that message leaves the window."""
+    first = conversation[0] if conversation else None
+    content = first.get("content") if first and first.get("role") == "user" else None
+    pinned = []
+    for block in content if isinstance(content, list) else ():
+        text = block.get("text") if isinstance(block, dict) and block.get("type") == "text" else None
+        if not (isinstance(text, str) and text.lstrip().startswith("<system-reminder>")):
+            break
+        pinned.append(block)
+    return pinned
+
+
+def _name_session(window: list[dict[str, Any]], notice: str | None, session: str,
+                  pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The notice names the ledger session the recovery tools take (the proxy's conversation
-    is not the one the MCP server would guess). Same notice in, same text out."""
+    is not the one the MCP server would guess), followed by the pinned context blocks. Same
+    notice in, same bytes out."""
     if not notice:
         return window
     named = f"{notice}\nSession for those tools: \"ledger:{session}\"."
@@ -220,13 +242,15 @@ def _name_session(window: list[dict[str, Any]], notice: str | None,
     for index, message in enumerate(out[:4]):
         content = message.get("content")
         if content == notice:
-            out[index] = {**message, "content": named}
-            return out
+            if pinned:
+                content = [{"type": "text", "text": notice}]
+            else:
+                out[index] = {**message, "content": named}
+                return out
         if isinstance(content, list):
             for k, block in enumerate(content):
                 if isinstance(block, dict) and block.get("text") == notice:
-                    blocks = list(content)
-                    blocks[k] = {**block, "text": named}
+                    blocks = [*content[:k], {**block, "text": named}, *pinned, *content[k + 1:]]
                     out[index] = {**message, "content": blocks}
                     return out
     return window

@@ -365,3 +365,24 @@ def test_the_usage_tap_reads_what_the_provider_counted(api, streaming, chunks, e
     for chunk in chunks:
         tap.feed(chunk)
     assert tap.result() == expected
+
+
+def test_claude_codes_project_context_stays_after_its_first_message_leaves(stack):
+    reminder = {"type": "text", "text": "<system-reminder>\n# claudeMd\nclaude-md-marker: use "
+                "tabs\n</system-reminder>"}
+    client = stack.anthropic()
+    for messages in claude_code_conversation(20):
+        first = {"role": "user", "content": [reminder, *messages[0]["content"]]}
+        client.messages.create(model="claude-fake", max_tokens=10, system=SYSTEM, tools=TOOLS,
+                               messages=[first, *messages[1:]], metadata={"user_id": USER_ID})
+    bodies = [r.json()["messages"] for r in stack.provider.requests]
+    assert "Context paging notice" in bodies[-1][0]["content"][0]["text"]
+    for messages in bodies:
+        assert json.dumps(messages).count("claude-md-marker") == 1
+        assert reminder in messages[0]["content"]
+    assert bodies[-1][0]["content"][1] == reminder  # right after the notice
+    raws = [wire.read_body(r.body, "messages") for r in stack.provider.requests]
+    for before, after in zip(raws, raws[1:], strict=False):
+        if before.value["messages"][0] == after.value["messages"][0]:
+            end = before.spans["messages"][1] - 1
+            assert after.text[:end] == before.text[:end]
