@@ -223,8 +223,9 @@ def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
     content = first.get("content") if first and first.get("role") == "user" else None
     pinned = []
     for block in content if isinstance(content, list) else ():
-        text = block.get("text") if isinstance(block, dict) and block.get("type") == "text" else None
-        if not (isinstance(text, str) and text.lstrip().startswith("<system-reminder>")):
+        text = block.get("text") if isinstance(block, dict) else None
+        if not (isinstance(text, str) and block.get("type") == "text"
+                and text.lstrip().startswith("<system-reminder>")):
             break
         pinned.append(block)
     return pinned
