@@ -207,7 +207,7 @@ class ContextService:
         if fmt == "auto":
             fmt = detect_format(messages)
         elif fmt not in FORMATS:
-            raise FormatError(f"format {fmt!r} is not one of auto, anthropic, openai, pi")
+            raise FormatError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
         for index in ephemeral:
             if not 0 <= index < len(messages):
                 raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1}")

@@ -41,7 +41,7 @@ from typing import Any
 from context_paging.index.history import HistoryItem, project
 from context_paging.index.jsonl import FileCursor, Issue
 from context_paging.index.model import Message
-from context_paging.index.sources.hosts import host_messages
+from context_paging.index.sources.hosts import host_messages, join_turns
 from context_paging.paging.distill import Decision
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -182,6 +182,7 @@ class LedgerSession:
     def messages(self) -> list[Message]:
         names: dict[str, str] = {}
         out: list[Message] = []
+        joinable: set[str] = set()  # Responses items: runs of model items are one turn
         for message_id in self.path_ids():
             converted = self._converted.get(message_id)
             if converted is None:
@@ -194,8 +195,10 @@ class LedgerSession:
                 self._converted[message_id] = converted
             else:
                 _remember_names(converted, names)
+            if self.records[message_id].get("format") == "responses":
+                joinable.add(message_id)
             out.extend(converted)
-        return out
+        return join_turns(out, joinable) if joinable else out
 
     def items(self) -> tuple[HistoryItem, ...]:
         self.refresh()

@@ -23,6 +23,12 @@ from context_paging.index.history import HistoryItem, block_text
 from context_paging.index.jsonl import file_identity
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
 from context_paging.index.navigator import Navigator, NavigatorError, compact_references
+from context_paging.index.proxied import (
+    FRESH_SECONDS,
+    conversation_stats,
+    figures,
+    last_proxied,
+)
 from context_paging.index.recall import Recalled, find_original, recall_text
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
@@ -144,11 +150,15 @@ class History:
         return cached[1]
 
     def resolve_default(self, ref: str | None) -> str:
-        """The given reference, else the current select_context session, else this directory's."""
+        """The given reference, else the current select_context session, else the conversation
+        the proxy forwarded last (within the last hours), else this directory's."""
         if ref:
             return ref
         if self.current_session:
             return self.current_session
+        proxied = last_proxied(self.home, FRESH_SECONDS)  # the proxy is another process
+        if proxied:
+            return proxied
         cwd = os.getcwd()
         files = sorted(
             iter_session_files(self.catalog.roots),
@@ -169,7 +179,9 @@ class History:
         ref = self.resolve_default(ref)
         if ref.startswith("ledger:"):
             self.ledger.open(ref)  # a clear error for an unknown ledger session
-            return self.context.stats(ref, enabled)
+            stats = self.context.stats(ref, enabled)
+            tally = conversation_stats(self.home, ref)
+            return stats.model_copy(update={"proxy": figures(tally)}) if tally else stats
         found, session = self.catalog.session(ref)
         return file_stats(found.ref, session, enabled, self._context_settings.token_budget)
 

@@ -24,6 +24,21 @@ Tokens = Annotated[int, BeforeValidator(_whole)]
 """A token count as an int, whatever arithmetic produced it (``128000.0`` becomes ``128000``)."""
 
 
+class ProxyFigures(BaseModel):
+    """A proxied conversation's running totals (index/proxied.py): requests forwarded, tokens
+    sent against tokens in the full history (characters/4 of the bodies), how often the cut
+    advanced, and the share of request bytes that repeated the previous request's prefix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    api: str
+    requests: int
+    sent_tokens: int
+    full_tokens: int
+    cut_advances: int
+    prefix_share: float | None
+
+
 class Stats(BaseModel):
     """The report's figures; also the structured output of the ``paging_stats`` tool."""
 
@@ -47,6 +62,7 @@ class Stats(BaseModel):
     distilled_saved_characters: int = 0
     distilled_saved_tokens: int = 0
     distill_judges: dict[str, int] = {}
+    proxy: ProxyFigures | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()
@@ -111,4 +127,15 @@ def render(stats: Stats) -> str:
                   _row("Characters saved", _grouped(stats.distilled_saved_characters)),
                   _row("Tokens saved", _grouped(stats.distilled_saved_tokens)),
                   _row("Decisions by judge", judges or "none")]
+    if stats.proxy is not None:
+        p = stats.proxy
+        less = (f"   ({(1 - p.sent_tokens / p.full_tokens) * 100:.1f}% less)"
+                if p.full_tokens else "")
+        share = "unavailable" if p.prefix_share is None else f"{p.prefix_share * 100:.1f}%"
+        lines += ["", "PROXY — requests forwarded (characters/4 of the bodies)",
+                  _row("Requests", f"{_grouped(p.requests)} ({p.api})"),
+                  _row("Tokens sent", f"~{_grouped(p.sent_tokens)} of "
+                       f"~{_grouped(p.full_tokens)} in full history{less}"),
+                  _row("Cut advances", _grouped(p.cut_advances)),
+                  _row("Repeated prefix", share)]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Provider message formats in and out: Anthropic Messages, OpenAI Chat Completions, Pi.
+"""Provider message formats in and out: Anthropic Messages, OpenAI Chat Completions and
+Responses, Pi.
 
 The selector works on one shape, Pi's AgentMessage (``user``, ``assistant`` with ``toolCall``
 blocks and ``stopReason``, ``toolResult``, ``custom``, ``system`` …). :func:`to_views` turns a
@@ -22,6 +23,16 @@ kept whole come back as the very objects the host sent. Two cases are rebuilt, o
 
 Leading ``system``/``developer`` messages (OpenAI) are resident input: they are never evicted and
 always come first, before the notice.
+
+OpenAI Responses ``input`` items (what Codex sends) are one item per message, call, output or
+reasoning, so one model response is a *run* of items (reasoning, assistant text, function /
+custom tool / shell calls). The run becomes one assistant view whose source is its first item;
+the other items are its *followers* (no views of their own) and are rendered with it, so a
+reasoning item with encrypted content always travels with the calls it produced and parallel
+calls stay one exchange with their outputs. Reasoning is private: a thinking view, counted but
+never read. The ledger groups the same runs (``index.sources.hosts.join_turns``). Leading
+developer/system messages and Codex's leading set-up messages (environment, AGENTS.md) are
+resident.
 """
 
 from __future__ import annotations
@@ -31,8 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Format = Literal["anthropic", "openai", "pi"]
-FORMATS: tuple[Format, ...] = ("anthropic", "openai", "pi")
+Format = Literal["anthropic", "openai", "responses", "pi"]
+FORMATS: tuple[Format, ...] = ("anthropic", "openai", "responses", "pi")
 _INTERRUPTED = {"aborted": "aborted", "error": "error", "cancelled": "aborted",
                 "canceled": "aborted", "interrupted": "aborted"}
 
@@ -54,6 +65,7 @@ class Views:
     resident: tuple[int, ...]  # leading system/developer messages (OpenAI), never evicted
     views: tuple[View, ...]
     parts: tuple[int, ...]  # how many views each host message produced
+    followers: dict[int, tuple[int, ...]] | None = None  # Responses: a run's other items
 
 
 def detect_format(messages: Sequence[Any]) -> Format:
@@ -62,6 +74,9 @@ def detect_format(messages: Sequence[Any]) -> Format:
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise FormatError(f"message {index} is not an object")
+        if _is_responses_item(message):
+            votes.add("responses")
+            continue
         role = message.get("role")
         content = message.get("content")
         if role in ("tool", "developer", "system") or "tool_calls" in message:
@@ -92,6 +107,8 @@ def detect_format(messages: Sequence[Any]) -> Format:
 
 
 def to_views(messages: Sequence[dict[str, Any]], fmt: Format) -> Views:
+    if fmt == "responses":
+        return _responses_views(messages)
     if fmt == "pi":
         return Views(fmt, (), tuple(View(dict(m), i) for i, m in enumerate(messages)),
                      (1,) * len(messages))
@@ -261,6 +278,8 @@ def render(
         if any(i in replacements for i in indexes):
             message = _replace(message, views, indexes, replacements)
         body.append(message)
+        if views.followers and source in views.followers:
+            body.extend(messages[i] for i in views.followers[source])
     if notice is not None:
         body = _with_notice(body, notice, views.format)
     return out + body
@@ -296,6 +315,10 @@ def _replace(message: dict[str, Any], views: Views, indexes: list[int],
         return {**message, "content": [{"type": "text", "text": text}]}
     if views.format == "openai":
         return {**message, "content": replacements[indexes[0]]}
+    if views.format == "responses":
+        if message.get("type") in _RESPONSES_OUTPUTS:
+            return {**message, "output": replacements[indexes[0]]}
+        return {**message, "content": [{"type": "input_text", "text": replacements[indexes[0]]}]}
     by_call = {views.views[i].message.get("toolCallId"): replacements[i]
                for i in indexes if i in replacements}
     request = next((replacements[i] for i in indexes
@@ -320,9 +343,154 @@ def _replace(message: dict[str, Any], views: Views, indexes: list[int],
 def _with_notice(body: list[dict[str, Any]], notice: str, fmt: Format) -> list[dict[str, Any]]:
     if fmt == "pi":
         return [{"role": "user", "content": notice, "timestamp": 0}, *body]
+    if fmt == "responses":
+        return [{"type": "message", "role": "user",
+                 "content": [{"type": "input_text", "text": notice}]}, *body]
     if fmt == "anthropic" and body and body[0].get("role") == "user":
         first = body[0]
         content = first.get("content")
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
         return [{**first, "content": [{"type": "text", "text": notice}, *blocks]}, *body[1:]]
     return [{"role": "user", "content": notice}, *body]
+
+
+# --- OpenAI Responses input items ---------------------------------------------------------------
+
+_RESPONSES_CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
+_RESPONSES_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output",
+                                "local_shell_call_output"})
+_RESPONSES_TYPES = _RESPONSES_CALLS | _RESPONSES_OUTPUTS | {
+    "reasoning", "web_search_call", "compaction", "item_reference", "mcp_call",
+    "image_generation_call", "code_interpreter_call", "file_search_call", "computer_call"}
+_RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file"})
+
+
+def _is_responses_item(item: dict[str, Any]) -> bool:
+    kind = item.get("type")
+    if kind in _RESPONSES_TYPES:
+        return True
+    content = item.get("content")
+    return (kind == "message" or isinstance(content, list)) and any(
+        isinstance(b, dict) and b.get("type") in _RESPONSES_PARTS for b in content or ())
+
+
+# Codex opens every conversation with user-role messages that are set-up, not requests: the
+# environment, AGENTS.md and user instructions. Leading ones are resident like developer
+# messages, so paging never drops the agent's instructions.
+_AGENT_CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
+                  "<permissions instructions>")
+
+
+def is_agent_context(item: dict[str, Any]) -> bool:
+    if item.get("type", "message") != "message" or item.get("role") != "user":
+        return False
+    content = item.get("content")
+    texts = [content] if isinstance(content, str) else [
+        b.get("text") for b in content or () if isinstance(b, dict)]
+    return bool(texts) and all(isinstance(t, str) and t.lstrip().startswith(_AGENT_CONTEXT)
+                               for t in texts)
+
+
+def responses_role(item: dict[str, Any]) -> str:
+    """``user``, ``system`` (system/developer), ``output`` (a call's output) or ``model`` (any
+    other item: the model's own output, grouped into runs)."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        if role in ("system", "developer"):
+            return "system"
+        return "model" if role == "assistant" else "user"
+    return "output" if kind in _RESPONSES_OUTPUTS else "model"
+
+
+def responses_runs(items: Sequence[dict[str, Any]]) -> list[list[int]]:
+    """Maximal runs of consecutive model items, as index lists (the ledger groups the same)."""
+    runs: list[list[int]] = []
+    previous = None
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise FormatError(f"input item {index} is not an object")
+        role = responses_role(item)
+        if role == "model":
+            if previous == "model":
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        previous = role
+    return runs
+
+
+def _responses_text(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}] if value else []
+    blocks = []
+    for block in value if isinstance(value, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(block.get("text"), str):
+            blocks.append({"type": "text", "text": block["text"]})
+        elif kind == "input_image":
+            url = str(block.get("image_url") or "")
+            head, _, data = url.partition(",") if url.startswith("data:") else ("", "", "")
+            blocks.append({"type": "image", "data": data,
+                           "mimeType": head[5:].split(";")[0] or "image/*"})
+        elif isinstance(block, dict) and is_private_part(block):
+            blocks.append(_private(block))
+        else:
+            blocks.append(_pi_block(block))
+    return blocks
+
+
+def _model_block(item: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
+    kind = item.get("type", "message")
+    if kind == "message":
+        return _responses_text(item.get("content"))
+    if kind in _RESPONSES_CALLS and isinstance(item.get("call_id"), str):
+        name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
+        raw = item.get("arguments", item.get("input", item.get("action")))
+        try:
+            arguments = json.loads(raw) if kind == "function_call" and isinstance(raw, str) else raw
+        except ValueError:
+            arguments = raw
+        names[item["call_id"]] = name
+        return [{"type": "toolCall", "id": item["call_id"], "name": name,
+                 "arguments": arguments}]
+    return [_private(item)]  # reasoning, compaction, server-side calls: counted, never read
+
+
+def _responses_views(items: Sequence[dict[str, Any]]) -> Views:
+    runs = {run[0]: run for run in responses_runs(items)}
+    in_run = {i for run in runs.values() for i in run}
+    resident: list[int] = []
+    views: list[View] = []
+    parts: list[int] = [0] * len(items)
+    followers: dict[int, tuple[int, ...]] = {}
+    names: dict[str, str] = {}
+    for index, item in enumerate(items):
+        role = responses_role(item)
+        if index in runs:
+            run = runs[index]
+            content = [b for i in run for b in _model_block(items[i], names)]
+            has_calls = any(b["type"] == "toolCall" for b in content)
+            views.append(View({"role": "assistant", "content": content,
+                               "stopReason": _stop(items[run[-1]], has_calls)}, index))
+            parts[index] = 1
+            if len(run) > 1:
+                followers[index] = tuple(run[1:])
+        elif index in in_run:
+            continue  # rendered with its run's first item
+        elif not views and (role == "system" or is_agent_context(item)):
+            resident.append(index)
+        elif role == "output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise FormatError(f"input item {index} ({item.get('type')}) has no call_id")
+            views.append(View({"role": "toolResult", "toolCallId": call_id,
+                               "toolName": names.get(call_id, ""),
+                               "content": _responses_text(item.get("output")),
+                               "isError": False}, index))
+            parts[index] = 1
+        else:
+            views.append(View({"role": "system" if role == "system" else "user",
+                               "content": _responses_text(item.get("content"))}, index))
+            parts[index] = 1
+    return Views("responses", tuple(resident), tuple(views), tuple(parts), followers)

@@ -263,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  "select_context: tokens, cache cost, recoverability")
     replay_report.add_arguments(replay)
     replay.set_defaults(run=replay_report.run)
+
+    from context_paging.server.proxy_cli import add_commands as add_proxy_commands
+
+    add_proxy_commands(commands)  # proxy, run, doctor, install-proxy
     return parser
 
 

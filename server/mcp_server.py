@@ -64,8 +64,9 @@ SessionArg = Annotated[
     str | None,
     Field(
         description="A reference from list_sessions ('claude:<id>', 'pi:<id>', 'codex:<id>', "
-        "'ledger:<id>') or a bare id. Default: the current session (the newest in the server's "
-        "working directory).",
+        "'ledger:<id>') or a bare id. Default: the session select_context last saw, else the "
+        "conversation the context-paging proxy forwarded last, else the newest session run in "
+        "the server's working directory.",
         max_length=4096,
     ),
 ]
@@ -488,7 +489,7 @@ def create_server(settings: Settings, history: History | None = None,
                                       "conversation (letters, digits, '.', '_', '-')")],
         messages: Annotated[list[dict[str, Any]], Field(description="The full outgoing "
                                                         "conversation, oldest first")],
-        format: Literal["auto", "anthropic", "openai", "pi"] = "auto",
+        format: Literal["auto", "anthropic", "openai", "responses", "pi"] = "auto",
         system: Annotated[str | list[dict[str, Any]] | None, Field(
             description="System prompt (resident input, counted once)")] = None,
         tools: Annotated[list[dict[str, Any]] | None, Field(

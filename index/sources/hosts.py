@@ -1,19 +1,26 @@
-"""Messages a host sends through ``select_context`` (Anthropic, OpenAI, Pi) as history Messages.
+"""Messages a host sends through ``select_context`` (Anthropic, OpenAI chat and Responses, Pi) as
+history Messages.
 
 Used for the ledger: each stored host message becomes zero or more Messages with ids derived
 from its ledger id. An Anthropic user message carrying tool results becomes one ``tool_result``
 Message per result (``<id>.r<k>``), followed by the user text, if any, under the message's own
 id. Thinking is hidden exactly as in the session sources.
+
+An OpenAI Responses item is one Message: a call or an assistant text an ``assistant`` Message,
+reasoning (and any other model-side item) an assistant Message with one hidden block, an output a
+``tool_result``. :func:`join_turns` then merges each run of consecutive model items into the one
+model turn the window treats it as (``paging.formats.responses_runs``), under the run's first id.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.sources.pi import agent_message
-from context_paging.paging.formats import is_private_part
+from context_paging.paging.formats import is_private_part, responses_role
 
 _STOPS = {"end_turn": "stop", "stop": "stop", "tool_use": "tool_use", "tool_calls": "tool_use",
           "max_tokens": "length", "length": "length", "aborted": "aborted", "error": "error",
@@ -28,6 +35,8 @@ def host_messages(
         return [converted] if converted is not None else []
     if fmt == "anthropic":
         return _anthropic(message, message_id, names, timestamp)
+    if fmt == "responses":
+        return _responses(message, message_id, names, timestamp)
     return _openai(message, message_id, names, timestamp)
 
 
@@ -130,3 +139,64 @@ def _openai(message: dict, message_id: str, names: dict[str, str], ts: str) -> l
     if role == "user":
         return [Message("user", message_id, ts, blocks)]
     return []  # system / developer: resident input, not history
+
+
+def _responses(item: dict, message_id: str, names: dict[str, str], ts: str) -> list[Message]:
+    role = responses_role(item)
+    kind = item.get("type", "message")
+    if role == "system":
+        return []  # resident input, not history
+    if role == "user":
+        return [Message("user", message_id, ts, _responses_blocks(item.get("content")))]
+    if role == "output":
+        call_id = str(item.get("call_id", ""))
+        return [Message("tool_result", message_id, ts, _responses_blocks(item.get("output")),
+                        tool_call_id=call_id, tool_name=names.get(call_id))]
+    if kind == "message":
+        return [Message("assistant", message_id, ts, _responses_blocks(item.get("content")),
+                        stop_reason="stop")]
+    if kind in ("function_call", "custom_tool_call", "local_shell_call"):
+        call_id = str(item.get("call_id", ""))
+        name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
+        raw = item.get("arguments", item.get("input", item.get("action")))
+        try:
+            arguments = json.loads(raw) if kind == "function_call" and isinstance(raw, str) else raw
+        except ValueError:
+            arguments = raw
+        names[call_id] = name
+        return [Message("assistant", message_id, ts, (ToolCall(call_id, name, arguments),),
+                        stop_reason="tool_use")]
+    return [Message("assistant", message_id, ts, (HiddenBlock(str(kind)),), stop_reason="stop")]
+
+
+def _responses_blocks(value: Any) -> tuple[Block, ...]:
+    if isinstance(value, str):
+        return (TextBlock(value),)
+    blocks: list[Block] = []
+    for block in value if isinstance(value, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(block.get("text"), str):
+            blocks.append(TextBlock(block["text"]))
+        elif kind == "input_image":
+            blocks.append(_image({"image_url": block.get("image_url")}))
+        elif isinstance(block, dict) and is_private_part(block):
+            blocks.append(HiddenBlock(str(kind or "unknown")))
+        elif isinstance(block, dict):
+            blocks.append(TextBlock(json.dumps(block, ensure_ascii=False)))
+    return tuple(blocks)
+
+
+def join_turns(messages: list[Message], joinable: set[str]) -> list[Message]:
+    """Merge each run of consecutive assistant Messages whose ids are ``joinable`` (Responses
+    items) into one, under the first id: one model response, one model turn with its calls."""
+    out: list[Message] = []
+    for message in messages:
+        previous = out[-1] if out else None
+        if (previous is not None and message.role == "assistant" and previous.role == "assistant"
+                and message.id in joinable and previous.id in joinable):
+            has_calls = bool(previous.tool_calls or message.tool_calls)
+            out[-1] = replace(previous, content=previous.content + message.content,
+                              stop_reason="tool_use" if has_calls else message.stop_reason)
+            continue
+        out.append(message)
+    return out

@@ -1,0 +1,259 @@
+"""The proxy on every recorded Claude Code and Codex session, next to plain JSON work, in one run.
+
+Each fixture session is turned back into the requests its agent made: one request per model call
+(the conversation as it stood before that call), Claude Code's as Anthropic ``/v1/messages``
+bodies and Codex's as Responses ``/v1/responses`` bodies. Every request goes three ways against
+the same fake provider (a real HTTP server on loopback, tests/fake_provider.py), in turn:
+
+* **direct** to the provider;
+* **proxied**: through ``context-paging proxy`` (ledger append, select_context, splice);
+* **hop**: through the proxy on a path it passes through untouched (``count_tokens``) minus the
+  same path direct — the cost of the extra HTTP hop alone.
+
+Added latency = proxied − direct, per request. It is printed next to the time to
+``json.loads`` + ``json.dumps`` the same body (the floor any proxy that edits JSON pays; the
+issue's goal is ≤ 1.5× that), and tokens sent upstream against tokens in the full history
+(characters/4 of the bodies).
+
+    python bench/proxy_bench.py [--budget 16000] [--estimator chars4|tiktoken] [--repeat 1]
+                                [--no-distill]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx2 as httpx  # noqa: E402
+
+from context_paging.index.proxied import ProxyLog  # noqa: E402
+from context_paging.server import wire  # noqa: E402
+from context_paging.server.config import load_settings  # noqa: E402
+from context_paging.server.mcp_server import make_history  # noqa: E402
+from context_paging.server.proxy import Proxy, Upstreams  # noqa: E402
+from tests.fake_provider import FakeProvider, Served  # noqa: E402
+
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "sessions"
+if not FIXTURES.is_dir():
+    FIXTURES = Path("/work/shared/fixtures/sessions")
+MODEL_ITEMS = {"reasoning", "function_call", "custom_tool_call", "local_shell_call",
+               "web_search_call", "tool_search_call"}
+
+
+def _blocks(content) -> list:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+
+
+def claude_requests(path: Path) -> list[dict]:
+    """One Anthropic request per assistant message id, main chain only (sidechains skipped);
+    a compaction boundary starts the conversation again."""
+    session = path.stem
+    conversation: list[dict] = []
+    requests: list[dict] = []
+    seen: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("type") == "system" and entry.get("subtype") == "compact_boundary":
+            conversation, seen = [], {}
+            continue
+        message = entry.get("message")
+        if entry.get("isSidechain") or not isinstance(message, dict):
+            continue
+        if entry.get("type") == "assistant":
+            key = str(message.get("id"))
+            if key in seen:
+                seen[key]["content"] += _blocks(message.get("content"))
+                continue
+            if conversation and conversation[0]["role"] == "user":
+                requests.append(_anthropic_body(session, conversation))
+            seen[key] = {"role": "assistant", "content": _blocks(message.get("content"))}
+            conversation.append(seen[key])
+        elif entry.get("type") == "user":
+            if conversation and conversation[-1]["role"] == "user":
+                conversation[-1]["content"] += _blocks(message.get("content"))
+            else:
+                conversation.append({"role": "user", "content": _blocks(message.get("content"))})
+    return requests
+
+
+def _anthropic_body(session: str, conversation: list[dict]) -> dict:
+    user_id = json.dumps({"device_id": "bench", "account_uuid": "", "session_id": session})
+    return {"model": "claude-bench", "max_tokens": 32000,
+            "system": [{"type": "text", "text": "You are Claude Code.",
+                        "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+            "metadata": {"user_id": user_id},
+            "messages": json.loads(json.dumps(conversation))}
+
+
+def codex_requests(path: Path) -> list[dict]:
+    """One Responses request per run of model items (what one model call produced)."""
+    items: list[dict] = []
+    requests: list[dict] = []
+    instructions = "You are Codex."
+    previous_model = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        payload = entry.get("payload")
+        if entry.get("type") == "session_meta" and isinstance(payload, dict):
+            instructions = str(payload.get("instructions") or instructions)
+        elif entry.get("type") == "compacted" and isinstance(payload, dict):
+            items = list(payload.get("replacement_history") or [])
+            previous_model = False
+        elif entry.get("type") == "response_item" and isinstance(payload, dict):
+            kind = payload.get("type")
+            is_model = kind in MODEL_ITEMS or (kind == "message"
+                                               and payload.get("role") == "assistant")
+            if is_model and not previous_model and items:
+                requests.append({"model": "gpt-bench", "instructions": instructions,
+                                 "input": json.loads(json.dumps(items)), "stream": False,
+                                 "store": False, "prompt_cache_key": path.stem})
+            items.append(payload)
+            previous_model = is_model
+    return requests
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def json_floor(raw: bytes, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        json.dumps(json.loads(raw))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def wire_work(raw: bytes, route: str, repeat: int = 3) -> float:
+    """The proxy's own body work without select_context: read the body with its spans, key the
+    conversation, splice a window (the newer half of the conversation) back in."""
+    api = wire.ANTHROPIC if route == "/v1/messages" else wire.RESPONSES
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        body = wire.read_body(raw, api.field)
+        wire.conversation_key(api, body.value, {})
+        conversation = body.value[api.field]
+        wire.splice(body, api.field, conversation[len(conversation) // 2:])
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def timed(client: httpx.Client, url: str, raw: bytes, headers: dict) -> float:
+    start = time.perf_counter()
+    response = client.post(url, content=raw, headers=headers)
+    response.read()
+    elapsed = time.perf_counter() - start
+    assert response.status_code == 200, response.status_code
+    return elapsed
+
+
+def run(budget: int, estimator: str, repeat: int, distill: bool) -> None:
+    work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
+    home = work / "home"
+    home.mkdir()
+    empty = work / "none"
+    (home / "config.toml").write_text(
+        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
+        f'[paging]\ntoken_budget = {budget}\nestimator = "{estimator}"\n'
+        f'[distill]\nenabled = {"true" if distill else "false"}\n')
+    history = make_history(load_settings(home=str(home)))
+    provider = FakeProvider()
+    upstream = Served(provider)
+    proxy = Served(Proxy(history.select_context,
+                         Upstreams(anthropic=upstream.url, openai=upstream.url),
+                         ProxyLog(home)), lifespan="on")
+    headers = {"x-api-key": "bench", "anthropic-version": "2023-06-01",
+               "content-type": "application/json"}
+    cases = [(p, "/v1/messages", claude_requests(p))
+             for p in sorted((FIXTURES / "claude-code").glob("*.jsonl"))]
+    cases += [(p, "/v1/responses", codex_requests(p))
+              for p in sorted((FIXTURES / "codex").glob("*.jsonl"))]
+    rows = []
+    all_added, all_floor, all_hop, all_wire = [], [], [], []
+    total_sent = total_full = 0
+    with httpx.Client(timeout=60) as client:
+        for path, route, requests in cases:
+            if not requests:
+                continue
+            added, floors, hops = [], [], []
+            sent = full = 0
+            for _ in range(repeat):
+                for body in requests:
+                    raw = json.dumps(body).encode()
+                    before = len(provider.requests)
+                    direct = timed(client, upstream.url + route, raw, headers)
+                    proxied = timed(client, proxy.url + route, raw, headers)
+                    forwarded = provider.requests[before + 1].body
+                    count = route + "/count_tokens" if route == "/v1/messages" else "/v1/other"
+                    hop = (timed(client, proxy.url + count, raw, headers)
+                           - timed(client, upstream.url + count, raw, headers))
+                    added.append(proxied - direct)
+                    hops.append(hop)
+                    floors.append(json_floor(raw))
+                    all_wire.append(wire_work(raw, route))
+                    sent += len(forwarded) // 4
+                    full += len(raw) // 4
+            rows.append((path.name[:48], len(requests), percentile(added, .5),
+                         percentile(added, .95), percentile(hops, .5),
+                         percentile(floors, .5), sent, full))
+            all_added += added
+            all_floor += floors
+            all_hop += hops
+            total_sent += sent
+            total_full += full
+    proxy.close()
+    upstream.close()
+    history.close()
+    ms = 1000
+    print(f"budget {budget:,} tokens, estimator {estimator}, distillation "
+          f"{'on' if distill else 'off'}, {repeat} pass(es); "
+          "times in ms, per request")
+    print(f"{'fixture':<48} {'req':>4} {'added p50':>9} {'p95':>7} {'hop p50':>7} "
+          f"{'json p50':>8} {'ratio':>6} {'sent/full tokens':>20}")
+    for name, count, p50, p95, hop, floor, sent, full in rows:
+        print(f"{name:<48} {count:>4} {p50 * ms:>9.2f} {p95 * ms:>7.2f} {hop * ms:>7.2f} "
+              f"{floor * ms:>8.2f} {p50 / floor:>6.1f} {f'{sent:,}/{full:,}':>20}")
+    p50, p95 = percentile(all_added, .5), percentile(all_added, .95)
+    floor50, floor95 = percentile(all_floor, .5), percentile(all_floor, .95)
+    print(f"\nall {len(all_added)} requests: added p50 {p50 * ms:.2f} ms, p95 {p95 * ms:.2f} ms; "
+          f"of which the HTTP hop p50 {percentile(all_hop, .5) * ms:.2f} ms; json.loads+dumps "
+          f"p50 {floor50 * ms:.2f} ms, p95 {floor95 * ms:.2f} ms")
+    print(f"added / json floor: p50 {p50 / floor50:.1f}x, p95 {p95 / floor95:.1f}x "
+          f"(goal ≤ 1.5x); paging work alone (added − hop) p50 "
+          f"{(p50 - percentile(all_hop, .5)) / floor50:.1f}x")
+    wire50 = percentile(all_wire, .5)
+    print(f"the proxy's own body work (read spans, key, splice) p50 {wire50 * ms:.2f} ms = "
+          f"{wire50 / floor50:.2f}x json; the rest of the paging work is select_context")
+    print(f"tokens sent {total_sent:,} of {total_full:,} in full history "
+          f"({(1 - total_sent / max(1, total_full)) * 100:.1f}% less)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--budget", type=int, default=16_000)
+    parser.add_argument("--estimator", choices=("chars4", "tiktoken"), default="chars4")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-distill", action="store_true", help="paging only")
+    args = parser.parse_args()
+    run(args.budget, args.estimator, args.repeat, not args.no_distill)
+
+
+if __name__ == "__main__":
+    main()

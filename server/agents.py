@@ -1,0 +1,225 @@
+"""``install-proxy`` and ``doctor``: point Claude Code, Codex or Pi at the proxy, and check it.
+
+What each agent gets (specs/model-apis.md §2, §4, §6):
+
+- **Claude Code**: ``~/.claude/settings.json`` → ``env.ANTHROPIC_BASE_URL`` (the proxy's origin,
+  no ``/v1``) and ``env.DISABLE_AUTO_COMPACT = "1"``; the MCP server in ``~/.claude.json``
+  ``mcpServers`` (what ``claude mcp add --scope user`` writes).
+- **Codex**: ``~/.codex/config.toml`` → ``model_provider = "paging"`` and a
+  ``[model_providers.paging]`` table (``base_url`` with ``/v1``, ``wire_api = "responses"``,
+  ``env_key = "OPENAI_API_KEY"``), ``model_auto_compact_token_limit`` set very high (Codex has
+  no off switch) and ``[mcp_servers.context-paging]``.
+- **Pi**: ``~/.pi/agent/models.json`` → the built-in ``anthropic`` and ``openai`` providers'
+  ``baseUrl`` re-pointed (models and auth stay), and ``~/.pi/agent/settings.json`` →
+  ``compaction.enabled = false``. Pi has no MCP client; the recovery commands are the CLI's.
+
+Without ``--write`` the changes are printed. With it each file is rewritten atomically and the
+previous one kept as ``<file>.bak`` (undo: move it back). TOML is edited as text — only the lines
+and tables named above are replaced — and the result must parse before it is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from context_paging.server import clients
+from context_paging.server.config import Settings
+from context_paging.server.proxy import HEALTH_PATH
+
+PROVIDER = "paging"
+CODEX_COMPACT_LIMIT = 1_000_000_000
+
+
+def _home(environ: dict[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("HOME") or Path.home())
+
+
+def _mcp_entry() -> dict[str, Any]:
+    command, prefix = clients.server_command()
+    return {"type": "stdio", "command": command, "args": [*prefix, "serve"]}
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.exists() or not path.read_text(encoding="utf-8").strip():
+        return {}
+    value = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(value, dict):
+        raise clients.InstallError(f"{path} does not hold a JSON object; nothing was written")
+    return value
+
+
+def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def planned_changes(client: str, port: int, home: Path) -> list[tuple[Path, str, str]]:
+    """(file, new text, what changes) for each file ``client`` reads."""
+    url = f"http://127.0.0.1:{port}"
+    if client == "claude-code":
+        settings = home / ".claude" / "settings.json"
+        state = home / ".claude.json"
+        patch = {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}}
+        mcp = {"mcpServers": {clients.DEFAULT_NAME: _mcp_entry()}}
+        return [(settings, _json(_merge(_load_json(settings), patch)),
+                 f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1"),
+                (state, _json(_merge(_load_json(state), mcp)),
+                 f"mcpServers.{clients.DEFAULT_NAME} (the recovery tools)")]
+    if client == "codex":
+        path = home / ".codex" / "config.toml"
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        return [(path, codex_config(text, f"{url}/v1"),
+                 f"model_provider = {PROVIDER} ({url}/v1); auto-compaction limit raised; "
+                 f"mcp_servers.{clients.DEFAULT_NAME}")]
+    if client == "pi":
+        models = home / ".pi" / "agent" / "models.json"
+        settings = home / ".pi" / "agent" / "settings.json"
+        patch = {"providers": {"anthropic": {"baseUrl": url}, "openai": {"baseUrl": f"{url}/v1"}}}
+        return [(models, _json(_merge(_load_json(models), patch)),
+                 "providers.anthropic/openai.baseUrl → the proxy"),
+                (settings, _json(_merge(_load_json(settings), {"compaction": {"enabled": False}})),
+                 "compaction.enabled = false")]
+    raise clients.InstallError(f"unknown client {client!r}")
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def _set_top_level(text: str, key: str, line: str) -> str:
+    """Replace ``key = …`` before the first table header, or insert ``line`` at the top."""
+    header = re.search(r"^\s*\[", text, re.M)
+    top, rest = (text[:header.start()], text[header.start():]) if header else (text, "")
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=.*$", re.M)
+    if pattern.search(top):
+        top = pattern.sub(line, top, count=1)
+    else:
+        top = line + "\n" + top
+    return top + rest
+
+
+def _set_table(text: str, name: str, body: str) -> str:
+    """Replace the ``[name]`` table (up to the next header) or append it."""
+    pattern = re.compile(rf"^\[{re.escape(name)}\]\s*$.*?(?=^\s*\[|\Z)", re.M | re.S)
+    table = f"[{name}]\n{body}\n"
+    if pattern.search(text):
+        return pattern.sub(lambda _: table + "\n", text, count=1)
+    return text.rstrip("\n") + ("\n\n" if text.strip() else "") + table
+
+
+def codex_config(text: str, base_url: str) -> str:
+    """Codex's config.toml with the proxy as its model provider and the MCP server added."""
+    entry = _mcp_entry()
+    text = _set_top_level(text, "model_provider", f"model_provider = {_toml_string(PROVIDER)}")
+    text = _set_top_level(text, "model_auto_compact_token_limit",
+                          f"model_auto_compact_token_limit = {CODEX_COMPACT_LIMIT}")
+    text = _set_table(text, f"model_providers.{PROVIDER}", "\n".join([
+        'name = "context-paging proxy"', f"base_url = {_toml_string(base_url)}",
+        'env_key = "OPENAI_API_KEY"', 'wire_api = "responses"']))
+    args = ", ".join(_toml_string(a) for a in entry["args"])
+    text = _set_table(text, f"mcp_servers.{clients.DEFAULT_NAME}",
+                      f"command = {_toml_string(entry['command'])}\nargs = [{args}]")
+    tomllib.loads(text)  # never write a file Codex cannot read
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"))
+    parser.add_argument("--port", type=int, default=8787, help="the proxy's port (default 8787)")
+    parser.add_argument("--write", action="store_true",
+                        help="apply the changes (each file's previous version kept as .bak)")
+
+
+def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
+    home = _home()
+    try:
+        changes = planned_changes(args.client, args.port, home)
+    except (clients.InstallError, ValueError) as exc:
+        print(f"context-paging: {exc}", file=sys.stderr)
+        return 2
+    for path, text, what in changes:
+        if not args.write:
+            print(f"# {path}: {what}\n{text}")
+            continue
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            print(f"{path}: already set up; nothing changed.")
+            continue
+        existed = path.exists()
+        clients._replace(path, text)
+        backup = f" (previous file: {path}.bak — move it back to undo)" if existed else ""
+        print(f"{path}: {what}{backup}")
+    if not args.write:
+        print("# Rerun with --write to apply; each file's previous version is kept as .bak.",
+              file=sys.stderr)
+    print(f"# Start the proxy with: context-paging proxy --port {args.port}", file=sys.stderr)
+    return 0
+
+
+# --- doctor -------------------------------------------------------------------------------------
+
+
+def _points_at(port: int, home: Path, environ: dict[str, str]) -> list[str]:
+    """Which agent settings name the proxy's port."""
+    needle = f":{port}"
+    found = []
+    if needle in environ.get("ANTHROPIC_BASE_URL", ""):
+        found.append("ANTHROPIC_BASE_URL in this shell")
+    files = {"Claude Code": home / ".claude" / "settings.json",
+             "Codex": home / ".codex" / "config.toml",
+             "Pi": home / ".pi" / "agent" / "models.json"}
+    for agent, path in files.items():
+        try:
+            if needle in path.read_text(encoding="utf-8"):
+                found.append(f"{agent} ({path})")
+        except OSError:
+            continue
+    return found
+
+
+def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> tuple[bool, str]:
+    from context_paging.index.proxied import conversation_stats, last_proxied
+
+    lines = []
+    try:
+        reply = httpx.get(f"http://127.0.0.1:{port}{HEALTH_PATH}", timeout=3.0, trust_env=False)
+        up = reply.status_code == 200 and reply.json().get("service") == "context-paging proxy"
+    except (httpx.HTTPError, ValueError):
+        up = False
+    lines.append(f"proxy on port {port}: " + ("up" if up else
+                 f"not answering — start it with: context-paging proxy --port {port}"))
+    agents = _points_at(port, home, environ)
+    lines.append("agents pointing at it: " + (", ".join(agents) if agents else
+                 "none — run: context-paging install-proxy --client claude-code|codex|pi"))
+    last = last_proxied(data_home)
+    tally = conversation_stats(data_home, last) if last else None
+    if tally:
+        lines.append(f"requests: {tally.get('requests', 0):,} in {last}, the latest at "
+                     f"{tally.get('updated', '?')} ({tally.get('last_mode', '?')})")
+    else:
+        lines.append("requests: none proxied yet with this home")
+    return up and bool(agents) and bool(tally), "\n".join(lines)
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    ok, text = doctor(args.port, settings.home, _home(), dict(os.environ))
+    print(text)
+    return 0 if ok else 1

@@ -1,0 +1,268 @@
+"""``context-paging proxy``: a local model-API gateway that sends the provider the window.
+
+Agents that cannot call ``select_context`` (Claude Code, Codex, Pi) point their model API at this
+server. For a conversation request (Anthropic ``POST /v1/messages``, OpenAI ``POST
+/v1/responses`` and ``POST /v1/chat/completions``; server/wire.py) the proxy runs the request's
+conversation through the same pipeline as the ``select_context`` tool — the ledger records it
+under a session per conversation, the window replaces the conversation array — and forwards the
+rest as received: other fields byte for byte, every header (authentication included), the query
+string. Every other path (``count_tokens``, model lists, telemetry) is forwarded untouched.
+
+Replies stream back as they arrive, raw bytes, whatever the status: a provider's 429 or 529 and
+its body reach the agent as the provider sent them.
+
+It fails open: an unknown body shape, a compressed body, disabled paging or any internal error
+sends the original bytes and logs one line on stderr. Headers are never logged or stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import httpx2 as httpx
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from context_paging.index.proxied import ProxyLog
+from context_paging.server import wire
+
+log = logging.getLogger("context_paging")
+
+DEFAULT_ANTHROPIC = "https://api.anthropic.com"
+DEFAULT_OPENAI = "https://api.openai.com"
+# Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the HTTP client recomputes.
+_HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
+                  b"te", b"trailer", b"upgrade", b"proxy-connection", b"proxy-authorization"})
+_HOP_REPLY = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
+                        b"upgrade", b"proxy-connection"})
+PREVIOUS_BODIES = 32
+HEALTH_PATH = "/_context-paging/health"
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    anthropic: str = DEFAULT_ANTHROPIC
+    openai: str = DEFAULT_OPENAI
+
+    def for_request(self, path: str, headers: Mapping[str, str]) -> str:
+        """Anthropic for its paths and its headers, OpenAI otherwise."""
+        if (path.startswith(("/v1/messages", "/v1/complete", "/api/"))
+                or "anthropic-version" in headers or "x-api-key" in headers):
+            return self.anthropic.rstrip("/")
+        return self.openai.rstrip("/")
+
+
+Select = Callable[..., dict[str, Any]]
+
+
+class Proxy:
+    """The ASGI app. ``select`` is ``History.select_context`` (one pipeline for tool and proxy);
+    it runs in a worker thread, one call at a time, since the ledger and caches are shared."""
+
+    def __init__(self, select: Select, upstreams: Upstreams, proxy_log: ProxyLog | None = None,
+                 client: httpx.AsyncClient | None = None) -> None:
+        self.select = select
+        self.upstreams = upstreams
+        self.log = proxy_log
+        self.client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(600.0, connect=30.0), follow_redirects=False, trust_env=False,
+            transport=httpx.AsyncHTTPTransport(
+                trust_env=False, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
+        self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
+        self._previous: OrderedDict[str, bytes] = OrderedDict()
+        # per conversation: the provider's usage for the latest reply, which the next request
+        # contains; select_context calibrates its estimate with it
+        self._usage: OrderedDict[str, dict[str, int]] = OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send, self.client)
+            return
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        if request.url.path == HEALTH_PATH:  # the one path the proxy answers itself (doctor)
+            await Response(wire.dumps({"service": "context-paging proxy"}).encode(),
+                           media_type="application/json")(scope, receive, send)
+            return
+        body = await request.body()
+        api = wire.route(request.method, request.url.path)
+        note, session = None, None
+        if api is not None:
+            body, note, session = await anyio.to_thread.run_sync(
+                self._page, api, body, request.headers)
+        async with anyio.create_task_group() as group:
+            if note is not None:  # the tally is written while the provider thinks
+                group.start_soon(anyio.to_thread.run_sync, note)
+            tap = (session, api) if api is not None and session is not None else None
+            response = await self._forward(request, body, tap)
+        await response(scope, receive, send)
+
+    # --- the conversation -------------------------------------------------------------------
+
+    def _page(self, api: wire.Api, raw: bytes,
+              headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str | None]:
+        """The body to send (the window in place of the conversation, or the original bytes),
+        the stats note to write for it and the conversation's ledger session."""
+        if headers.get("content-encoding", "identity") != "identity":
+            log.warning("proxy: %s body is %s-encoded; forwarded unchanged", api.name,
+                        headers.get("content-encoding"))
+            return raw, None, None
+        try:
+            with self._lock:
+                return self._paged(api, raw, headers)
+        except wire.ShapeError as exc:
+            log.warning("proxy: %s request of an unknown shape (%s); forwarded unchanged",
+                        api.name, exc)
+        except Exception as exc:  # fail open: the agent must never fail because of the proxy
+            log.warning("proxy: %s request forwarded unchanged after an internal error: %s: %s",
+                        api.name, type(exc).__name__, str(exc)[:200])
+        return raw, None, None
+
+    def _paged(self, api: wire.Api, raw: bytes,
+               headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str]:
+        body = wire.read_body(raw, api.field)
+        value = body.value
+        conversation = value[api.field]
+        session = wire.conversation_key(api, value, headers)
+        system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
+        tools = value.get("tools") if isinstance(value.get("tools"), list) else None
+        model = value.get("model") if isinstance(value.get("model"), str) else None
+        pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
+        if pinned:  # counted as resident input: it stays in every window
+            system = ([{"type": "text", "text": system}] if isinstance(system, str)
+                      else list(system or [])) + pinned
+        reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
+                            model=model, usage=self._usage.get(session))
+        window = reply["messages"]
+        unchanged = (len(window) == len(conversation)
+                     and all(a is b for a, b in zip(window, conversation, strict=True)))
+        if pinned and any(m is conversation[0] for m in window):
+            pinned = []  # the first message is still in the window, context and all
+        out = raw if unchanged else wire.splice(body, api.field, _name_session(
+            window, reply.get("notice"), session, pinned))
+        if self.log is None:
+            return out, None, session
+        previous = self._previous.pop(session, None)
+        self._previous[session] = out
+        while len(self._previous) > PREVIOUS_BODIES:
+            self._previous.popitem(last=False)
+        proxy_log = self.log
+
+        def note() -> None:
+            try:
+                with self._log_lock:
+                    proxy_log.record(session, api.name, reply, sent=out, full=raw,
+                                     previous=previous)
+            except Exception as exc:  # stats are best effort; the request goes on
+                log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
+
+        return out, note, session
+
+    # --- forwarding -------------------------------------------------------------------------
+
+    async def _forward(self, request: Request, body: bytes,
+                       tap: tuple[str, wire.Api] | None = None) -> Response:
+        base = self.upstreams.for_request(request.url.path, request.headers)
+        url = base + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() not in _HOP]
+        upstream = self.client.build_request(request.method, url, headers=headers, content=body)
+        try:
+            reply = await self.client.send(upstream, stream=True)
+        except httpx.HTTPError as exc:
+            log.warning("proxy: upstream %s unreachable: %s", base, type(exc).__name__)
+            return Response(
+                wire.dumps({"type": "error", "error": {
+                    "type": "api_error", "message": f"context-paging proxy could not reach "
+                    f"{base}: {type(exc).__name__}"}}).encode(),
+                status_code=502, media_type="application/json")
+        chunks = reply.aiter_raw()
+        if tap is not None and reply.status_code == 200 and not reply.headers.get(
+                "content-encoding"):
+            streaming = reply.headers.get("content-type", "").startswith("text/event-stream")
+            chunks = self._tapped(chunks, tap[0], wire.UsageTap(tap[1], streaming))
+        response = StreamingResponse(chunks, status_code=reply.status_code,
+                                     background=BackgroundTask(reply.aclose))
+        # Raw bytes go back, so the provider's own headers (content-encoding and length
+        # included) describe them exactly; only hop-by-hop headers stop here.
+        response.raw_headers = [(k, v) for k, v in reply.headers.raw
+                                if k.lower() not in _HOP_REPLY]
+        return response
+
+    async def _tapped(self, chunks: Any, session: str, tap: wire.UsageTap) -> Any:
+        """The reply's chunks as they come, each forwarded before the usage tap reads it."""
+        async for chunk in chunks:
+            yield chunk
+            try:
+                tap.feed(chunk)
+            except Exception:  # usage is best effort
+                log.debug("usage tap failed", exc_info=True)
+        usage = tap.result()
+        if usage:
+            self._usage.pop(session, None)
+            self._usage[session] = usage
+            while len(self._usage) > PREVIOUS_BODIES:
+                self._usage.popitem(last=False)
+
+
+def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Claude Code's project context: the ``<system-reminder>`` text blocks (CLAUDE.md, the
+    date) that open the conversation's first user message. They are instructions, not history,
+    so they travel with the notice once that message leaves the window."""
+    first = conversation[0] if conversation else None
+    content = first.get("content") if first and first.get("role") == "user" else None
+    pinned = []
+    for block in content if isinstance(content, list) else ():
+        text = block.get("text") if isinstance(block, dict) else None
+        if not (isinstance(text, str) and block.get("type") == "text"
+                and text.lstrip().startswith("<system-reminder>")):
+            break
+        pinned.append(block)
+    return pinned
+
+
+def _name_session(window: list[dict[str, Any]], notice: str | None, session: str,
+                  pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The notice names the ledger session the recovery tools take (the proxy's conversation
+    is not the one the MCP server would guess), followed by the pinned context blocks. Same
+    notice in, same bytes out."""
+    if not notice:
+        return window
+    named = f"{notice}\nSession for those tools: \"ledger:{session}\"."
+    out = list(window)
+    for index, message in enumerate(out[:4]):
+        content = message.get("content")
+        if content == notice:
+            if pinned:
+                content = [{"type": "text", "text": notice}]
+            else:
+                out[index] = {**message, "content": named}
+                return out
+        if isinstance(content, list):
+            for k, block in enumerate(content):
+                if isinstance(block, dict) and block.get("text") == notice:
+                    blocks = [*content[:k], {**block, "text": named}, *pinned, *content[k + 1:]]
+                    out[index] = {**message, "content": blocks}
+                    return out
+    return window
+
+
+async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await client.aclose()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

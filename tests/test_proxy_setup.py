@@ -1,0 +1,137 @@
+"""Setting agents up for the proxy: install-proxy (print, --write with backups), run (one child
+through a proxy on a free port) and doctor."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from context_paging.server import agents
+from context_paging.server.cli import main
+from tests.fake_provider import FakeProvider, Served
+from tests.test_proxy import Stack, make_home
+
+
+@pytest.fixture
+def user_home(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "user"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    return home
+
+
+def test_install_proxy_prints_and_changes_nothing_without_write(user_home, capsys):
+    assert main(["install-proxy", "--client", "claude-code", "--port", "9911"]) == 0
+    out = capsys.readouterr().out
+    assert '"ANTHROPIC_BASE_URL": "http://127.0.0.1:9911"' in out
+    assert '"DISABLE_AUTO_COMPACT": "1"' in out and '"context-paging"' in out
+    assert not (user_home / ".claude").exists() and not (user_home / ".claude.json").exists()
+
+
+def test_install_proxy_for_claude_code_keeps_existing_settings_and_a_backup(user_home):
+    settings = user_home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"model": "opus", "env": {"FOO": "1"}}))
+    (user_home / ".claude.json").write_text(json.dumps({"numStartups": 3,
+                                                        "mcpServers": {"other": {"command": "x"}}}))
+    assert main(["install-proxy", "--client", "claude-code", "--write"]) == 0
+    value = json.loads(settings.read_text())
+    assert value == {"model": "opus", "env": {"FOO": "1", "DISABLE_AUTO_COMPACT": "1",
+                                              "ANTHROPIC_BASE_URL": "http://127.0.0.1:8787"}}
+    assert json.loads((settings.parent / "settings.json.bak").read_text())["env"] == {"FOO": "1"}
+    state = json.loads((user_home / ".claude.json").read_text())
+    assert state["numStartups"] == 3 and set(state["mcpServers"]) == {"other", "context-paging"}
+    assert state["mcpServers"]["context-paging"]["args"][-1] == "serve"
+    # a second run finds everything in place
+    assert main(["install-proxy", "--client", "claude-code", "--write"]) == 0
+    assert json.loads(settings.read_text()) == value
+
+
+def test_install_proxy_for_codex_edits_only_its_keys_and_tables(user_home):
+    config = user_home / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('model = "gpt-5"\nmodel_provider = "openai"\n\n[model_providers.paging]\n'
+                      'base_url = "http://old"\n\n[profiles.fast]\nmodel = "gpt-5-mini"\n')
+    assert main(["install-proxy", "--client", "codex", "--write", "--port", "9000"]) == 0
+    value = tomllib.loads(config.read_text())
+    assert value["model"] == "gpt-5" and value["model_provider"] == "paging"
+    assert value["model_providers"]["paging"] == {
+        "name": "context-paging proxy", "base_url": "http://127.0.0.1:9000/v1",
+        "env_key": "OPENAI_API_KEY", "wire_api": "responses"}
+    assert value["profiles"] == {"fast": {"model": "gpt-5-mini"}}
+    assert value["model_auto_compact_token_limit"] == agents.CODEX_COMPACT_LIMIT
+    assert value["mcp_servers"]["context-paging"]["args"][-1] == "serve"
+    assert "http://old" in (config.parent / "config.toml.bak").read_text()
+
+
+def test_install_proxy_for_pi_repoints_the_built_in_providers_and_turns_compaction_off(user_home):
+    assert main(["install-proxy", "--client", "pi", "--write"]) == 0
+    agent = user_home / ".pi" / "agent"
+    models = json.loads((agent / "models.json").read_text())
+    assert models["providers"]["anthropic"] == {"baseUrl": "http://127.0.0.1:8787"}
+    assert models["providers"]["openai"] == {"baseUrl": "http://127.0.0.1:8787/v1"}
+    assert json.loads((agent / "settings.json").read_text()) == {"compaction": {"enabled": False}}
+
+
+def test_install_proxy_refuses_a_file_that_is_not_a_json_object(user_home, capsys):
+    settings = user_home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text("[1, 2]")
+    assert main(["install-proxy", "--client", "claude-code", "--write"]) == 2
+    assert settings.read_text() == "[1, 2]"
+
+
+def test_run_sends_one_child_through_a_proxy_and_stops_it(tmp_path, capfd):
+    provider = FakeProvider()
+    with Served(provider) as upstream:
+        home = make_home(tmp_path)
+        script = ("import os, urllib.request; base = os.environ['ANTHROPIC_BASE_URL']; "
+                  "req = urllib.request.Request(base + '/v1/messages', method='POST', "
+                  "data=b'{\"model\": \"m\", \"max_tokens\": 5, \"messages\": "
+                  "[{\"role\": \"user\", \"content\": \"hi\"}]}', "
+                  "headers={'x-api-key': 'k', 'content-type': 'application/json'}); "
+                  "print(urllib.request.urlopen(req).status, base)")
+        code = main(["--home", str(home), "run", "--upstream-anthropic", upstream.url, "--",
+                     sys.executable, "-c", script])
+    assert code == 0
+    out = capfd.readouterr().out
+    assert out.startswith("200 http://127.0.0.1:")
+    assert [r.path for r in provider.requests] == ["/v1/messages"]
+    assert (home / "proxy" / "last.json").exists()
+
+
+def test_doctor_reports_proxy_up_agent_pointing_and_requests_flowing(tmp_path, user_home):
+    stack = Stack(make_home(tmp_path))
+    try:
+        port = stack.proxy.port
+        ok, text = agents.doctor(port, stack.home, user_home, {})
+        assert not ok and "proxy on port" in text and ": up" in text
+        assert "none — run: context-paging install-proxy" in text
+        assert "none proxied yet" in text
+        assert main(["install-proxy", "--client", "claude-code", "--write",
+                     "--port", str(port)]) == 0
+        stack.anthropic().messages.create(model="m", max_tokens=5,
+                                          messages=[{"role": "user", "content": "hi"}])
+        ok, text = agents.doctor(port, stack.home, user_home, {})
+        assert ok, text
+        assert "Claude Code" in text and "requests: 1 in ledger:cc-anon-" in text
+    finally:
+        stack.close()
+    ok, text = agents.doctor(port, stack.home, user_home, {})
+    assert not ok and "not answering" in text
+
+
+def test_run_points_each_agent_at_the_proxy_its_own_way():
+    from context_paging.server.proxy_cli import child_environment
+
+    env, extra = child_environment("/usr/bin/claude", "http://127.0.0.1:5", {"PATH": "/bin"})
+    assert extra == [] and env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:5"
+    assert env["DISABLE_AUTO_COMPACT"] == "1" and env["PATH"] == "/bin"
+    env, extra = child_environment("codex", "http://127.0.0.1:5", {})
+    assert extra == ["-c", 'openai_base_url="http://127.0.0.1:5/v1"']
+    assert "ANTHROPIC_BASE_URL" not in env
