@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,147 @@ async def test_8_a_file_name_too_long_names_the_file_not_the_home(tmp_path):
     for error, text, _ in replies:
         assert error and text.startswith("UNKNOWN_SESSION: "), text
         assert "too long" in text and str(home) not in text, text
+
+
+# --- 2. a symlink swapped in between check and open never leaks a file outside the roots ----------
+
+
+def claude_lines(session_id: str, word: str, turns: int = 4) -> str:
+    base = {"isSidechain": False, "userType": "external", "cwd": "/work/c",
+            "sessionId": session_id, "version": "2.1.37", "timestamp": "2026-03-01T00:00:01Z"}
+    lines: list[dict] = []
+
+    def add(kind: str, message: dict) -> None:
+        parent = lines[-1]["uuid"] if lines else None
+        lines.append({**base, "type": kind, "uuid": f"{word}{len(lines):04d}",
+                      "parentUuid": parent, "message": message})
+
+    for n in range(turns):
+        add("user", {"role": "user", "content": f"{word} question {n}"})
+        add("assistant", {"id": f"msg_{n}", "type": "message", "role": "assistant",
+                          "model": "claude-opus-4-6", "content": [
+                              {"type": "text", "text": f"{word} answer {n}"},
+                              {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash",
+                               "input": {"command": f"ls {n}"}}], "stop_reason": "tool_use"})
+        add("user", {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"{word} out {n}"}]})
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+async def test_2_a_symlink_swapped_in_while_reading_never_leaks_the_outside_file(tmp_path):
+    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
+    for root in roots.values():
+        root.mkdir()
+    home = tmp_path / "home"
+    write_config(home, roots)
+    session = roots["claude"] / "-work-c" / "race.jsonl"
+    session.parent.mkdir()
+    session.write_text(claude_lines("race", "insideword"))
+    keep = tmp_path / "keep.jsonl"  # a second name for the inside file, to swap it back cheaply
+    os.link(session, keep)
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(claude_lines("race", "outsideword"))
+    stop = threading.Event()
+    swaps = 0
+
+    def swap() -> None:
+        nonlocal swaps
+        link, hard = str(session) + ".lnk", str(session) + ".hard"
+        while not stop.is_set() and swaps < 20_000:
+            os.symlink(outside, link)
+            os.replace(link, session)  # now a link to the outside file
+            stop.wait(0.0005)  # each state lasts a moment, as in the adversarial run
+            os.link(keep, hard)
+            os.replace(hard, session)  # the inside file again
+            stop.wait(0.0005)
+            swaps += 1
+
+    requests = [("recall", {"tool_call_id": "toolu_1", "session": str(session)}),
+                ("search_history", {"query": "answer", "session": str(session), "load": True}),
+                ("browse_history", {"direction": "forward", "count": 10, "session": str(session)}),
+                ("load_history", {"history_ids": ["insideword0001"], "session": str(session)})]
+    server = create_server(load_settings(home=home))
+    replies: list[tuple[bool, str]] = []
+    thread = threading.Thread(target=swap, daemon=True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # let the swapping thread run between the server's steps
+    try:
+        async with Client(server) as client:
+            thread.start()
+            for round_ in range(60):
+                for tool, arguments in requests:
+                    error, text, _ = await call(client, tool, arguments)
+                    replies.append((error, text))
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+        server.history.close()
+    leaked = [text for _, text in replies if "outsideword" in text]
+    assert swaps > 0 and leaked == [], (swaps, len(leaked), leaked[:1])
+    for error, text in replies:
+        assert not error or text.startswith(("UNKNOWN_SESSION: ", "UNKNOWN_HISTORY_ID: ",
+                                             "UNKNOWN_TOOL_CALL_ID: ")), text
+    assert any(not error and "insideword" in text for error, text in replies)
+
+
+async def test_2_a_link_swapped_in_right_after_the_check_is_not_read(tmp_path, monkeypatch):
+    """The race above, made certain: the file becomes a link to the outside file between the
+    roots check and the read."""
+    import context_paging.index.service as service_module
+
+    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
+    for root in roots.values():
+        root.mkdir()
+    home = tmp_path / "home"
+    write_config(home, roots)
+    session = roots["claude"] / "-work-c" / "race.jsonl"
+    session.parent.mkdir()
+    session.write_text(claude_lines("race", "insideword"))
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(claude_lines("race", "outsideword", turns=5))
+    server = create_server(load_settings(home=home))
+    recall = ("recall", {"tool_call_id": "toolu_1", "session": "claude:race"})
+    try:
+        async with Client(server) as client:
+            error, text, _ = await call(client, *recall)
+            assert (error, text) == (False, "insideword out 1")
+            real_check = service_module._still_inside
+
+            def check_then_swap(found, roots):
+                inside = real_check(found, roots)
+                session.unlink()
+                session.symlink_to(outside)
+                return inside
+
+            monkeypatch.setattr(service_module, "_still_inside", check_then_swap)
+            error, text, _ = await call(client, *recall)
+    finally:
+        server.history.close()
+    assert "outsideword" not in text
+    assert error and text.startswith("UNKNOWN_SESSION: ") and "outside" in text, text
+
+
+async def test_2_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_path, caplog):
+    home = ledger_home(tmp_path)
+    (error, text, _), = await calls(home, select("lk", exchange("t1", "insideword")))
+    assert not error, text
+    outside_ledger = tmp_path / "outside-ledger.jsonl"
+    outside_ledger.write_text(json.dumps({
+        "type": "message", "id": "m1", "parent": None, "format": "anthropic", "ts": "",
+        "message": {"role": "user", "content": "outsideword in the ledger"}}) + "\n"
+        + json.dumps({"type": "head", "id": "m1", "ts": ""}) + "\n")
+    outside_state = tmp_path / "outside-state.json"
+    outside_state.write_text(json.dumps({"settings": "outsideword"}))
+    for path, target in ((home / "ledger" / "lk.jsonl", outside_ledger),
+                         (home / "state" / "lk.json", outside_state)):
+        path.unlink()
+        path.symlink_to(target)
+    caplog.set_level(logging.WARNING, logger="context_paging")
+    replies = await calls(home, ("search_history", {"query": "", "session": "ledger:lk",
+                                                    "load": True}),
+                          ("paging_stats", {"session": "ledger:lk"}))
+    for error, text, _ in replies:
+        assert "outsideword" not in text
+        assert not error or text.startswith("STORAGE_ERROR: "), text  # the home is damaged
+    assert outside_state.read_text() == json.dumps({"settings": "outsideword"})
