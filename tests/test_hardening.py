@@ -303,3 +303,135 @@ async def test_2_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_p
         assert "outsideword" not in text
         assert not error or text.startswith("STORAGE_ERROR: "), text  # the home is damaged
     assert outside_state.read_text() == json.dumps({"settings": "outsideword"})
+
+
+# --- 3. one private-part rule on every path --------------------------------------------------------
+
+
+def home_bytes(home: Path, *folders: str) -> bytes:
+    return b"".join(p.read_bytes() for folder in folders for p in (home / folder).rglob("*")
+                    if p.is_file())
+
+
+async def test_3_unknown_openai_assistant_parts_and_reasoning_fields_never_come_back(tmp_path):
+    home = ledger_home(tmp_path)
+    messages = [
+        {"role": "user", "content": "publicword question"},
+        {"role": "assistant", "content": [
+            {"type": "reasoning_text", "text": "secretword1 chain of thought"},
+            {"type": "summary_text", "text": "secretword2 summary"},
+            {"type": "text", "text": "publicword answer"},
+            {"type": "future_part", "payload": "secretword3"}],
+         "reasoning_content": "secretword4", "reasoning_details": [{"text": "secretword5"}],
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "publicword listing"},
+        {"role": "assistant", "content": "publicword done", "reasoning_content": "secretword6"},
+        {"role": "user", "content": "next"},
+    ]
+    (error, text, _), = await calls(home, select("oa", messages, "openai"))
+    assert not error, text
+    ref = "ledger:oa"
+    (_, _, found), = await calls(home, ("search_history", {"query": "", "session": ref,
+                                                          "limit": 10, "load": True}))
+    ids = [r["history_id"] for r in found["references"]]
+    requests = [("search_history", {"query": q, "session": ref, "load": True})
+                for q in ("secretword1", "chain of thought", "summary", "publicword")]
+    requests += [("browse_history", {"direction": "forward", "count": 10, "session": ref}),
+                 ("load_history", {"history_ids": ids[:3], "session": ref})]
+    requests += [("read_context_output", {"history_id": i, "source": "assistant",
+                                          "content_index": k, "session": ref})
+                 for i in ids for k in range(5)]
+    requests += [("recall", {"history_id": i, "session": ref}) for i in ids]
+    requests += [("recall", {"tool_call_id": "c1", "session": ref})]
+    replies = await calls(home, *requests)
+    text = "\n".join(t.replace("secretword1", "") if "query" in r[1] else t
+                     for r, (_, t, _) in zip(requests, replies, strict=True))
+    assert "secretword" not in text
+    assert "publicword answer" in text and "publicword listing" in text
+    assert b"secretword" not in home_bytes(home, "index", "state")
+
+
+def test_3_a_thinking_block_inside_user_content_is_never_text_for_a_model():
+    from context_paging.paging.formats import to_views
+
+    thinking = {"type": "thinking", "thinking": "secretword7", "signature": "secretword8"}
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, thinking]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "out"}, thinking]}]},
+    ]
+    views = to_views(messages, "anthropic")
+    texts = [b.get("text", "") for v in views.views for b in v.message["content"]
+             if isinstance(b, dict) and b.get("type") == "text"]
+    assert texts == ["hi", "out"]
+
+
+# --- 4. Anthropic server tools are complete exchanges ---------------------------------------------
+
+
+def server_tool_turn() -> dict:
+    return {"role": "assistant", "content": [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+         "input": {"query": "zanzibar release notes"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
+            {"type": "web_search_result", "url": "https://example.org/zanzibar",
+             "title": "Zanzibar 4.2 release notes", "encrypted_content": "opaqueblob",
+             "page_age": "2 days"}]},
+        {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "lookup", "server_name": "docs",
+         "input": {"q": "quokka"}},
+        {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "is_error": False,
+         "content": [{"type": "text", "text": "quokka handbook page"}]},
+        {"type": "text", "text": "Version 4.2 is out."}]}
+
+
+async def test_4_server_tool_uses_with_their_results_are_accepted_kept_and_searchable(tmp_path):
+    home = ledger_home(tmp_path)
+    first = [{"role": "user", "content": "what is new in zanzibar?"}, server_tool_turn()]
+    later = first + [{"role": "user", "content": "thanks"}]
+    replies = await calls(
+        home, select("srv", first), select("srv", later),
+        select("srv", later, token_budget=100, trim_to_tokens=30),
+        ("search_history", {"query": "zanzibar release notes", "session": "ledger:srv"}),
+        ("search_history", {"query": "quokka handbook", "session": "ledger:srv"}))
+    for error, text, _ in replies[:3]:
+        assert not error, text
+    assert replies[1][2]["messages"] == later  # within budget: the window is the request
+    for window in (replies[1][2]["messages"], replies[2][2]["messages"]):
+        kept = [m for m in window if m.get("content") == server_tool_turn()["content"]]
+        assert len(kept) <= 1  # the turn is whole or gone, never split
+    for error, text, value in replies[3:]:
+        assert not error and value["references"], text
+        assert value["references"][0]["kind"] == "model_turn"
+    assert "opaqueblob" not in "".join(t for _, t, _ in replies[3:])
+
+
+async def test_4_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_path):
+    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
+    for root in roots.values():
+        root.mkdir()
+    home = tmp_path / "home"
+    write_config(home, roots)
+    base = {"isSidechain": False, "userType": "external", "cwd": "/work/c",
+            "sessionId": "srv", "version": "2.1.37", "timestamp": "2026-03-01T00:00:01Z"}
+    turn = server_tool_turn()
+    lines = [{**base, "type": "user", "uuid": "u1", "parentUuid": None,
+              "message": {"role": "user", "content": "what is new in zanzibar?"}}]
+    for n, block in enumerate(turn["content"]):  # Claude Code writes one line per block
+        lines.append({**base, "type": "assistant", "uuid": f"a{n}", "parentUuid": lines[-1]["uuid"],
+                      "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                  "model": "claude-opus-4-6", "content": [block],
+                                  "stop_reason": "end_turn" if n == 4 else None}})
+    path = roots["claude"] / "-work-c" / "srv.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    replies = await calls(home, ("browse_history", {"direction": "backward", "session": "claude:srv"}),
+                          ("search_history", {"query": "zanzibar release notes",
+                                              "session": "claude:srv", "load": True}))
+    (error, text, browsed), (error2, text2, found) = replies
+    assert not error and not error2, (text, text2)
+    assert [r["kind"] for r in browsed["references"]] == ["model_turn", "user"], text
+    assert found["references"] and found["references"][0]["kind"] == "model_turn", text2
+    assert "opaqueblob" not in text + text2
