@@ -62,9 +62,12 @@ def _history(settings: Settings):
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from context_paging.server.mcp_server import create_server
+    import anyio
 
-    create_server(settings).run()
+    from context_paging.server.mcp_server import create_server
+    from context_paging.server.transport import serve_stdio
+
+    anyio.run(serve_stdio, create_server(settings))  # every request line gets an answer
     return 0
 
 

@@ -435,3 +435,56 @@ async def test_4_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_
     assert [r["kind"] for r in browsed["references"]] == ["model_turn", "user"], text
     assert found["references"] and found["references"][0]["kind"] == "model_turn", text2
     assert "opaqueblob" not in text + text2
+
+
+# --- 5. every request line gets an answer over stdio ----------------------------------------------
+
+
+def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_each(tmp_path):
+    import select as select_module
+    import shutil
+    import subprocess
+
+    home = ledger_home(tmp_path)
+    executable = shutil.which("context-paging", path=os.path.dirname(sys.executable))
+    assert executable, "the console script is installed next to the test interpreter"
+    server = subprocess.Popen([executable, "--home", str(home), "serve"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deep: dict = {"a": 1}
+    for _ in range(200):
+        deep = {"x": deep}
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        # json.dumps would escape the backslash; these are the raw bytes a host sends
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_history",'
+        '"arguments":{"query":"\\ud800","session":"ledger:none"}}}',
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "search_history", "arguments": {"query": "a", "files": [deep]}}}),
+        '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":',
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    ]
+    replies: dict[int, dict] = {}
+    try:
+        assert server.stdin and server.stdout
+        server.stdin.write("".join(line + "\n" for line in lines).encode())
+        server.stdin.flush()
+        while len(replies) < 5:
+            ready, _, _ = select_module.select([server.stdout], [], [], 30)
+            assert ready, f"no answer for {sorted({0, 1, 2, 3, 4} - set(replies))}"
+            reply = json.loads(server.stdout.readline())
+            replies[reply["id"]] = reply
+        server.stdin.close()
+        server.wait(30)
+    finally:
+        server.kill()
+    stderr = server.stderr.read().decode() if server.stderr else ""
+    assert replies[1]["result"]["isError"] is True
+    assert replies[1]["result"]["content"][0]["text"].startswith("UNKNOWN_SESSION: ")
+    assert replies[2]["error"]["code"] == -32600
+    assert replies[3]["error"]["code"] == -32700
+    assert len(replies[4]["result"]["tools"]) == 8
+    warnings = [line for line in stderr.splitlines() if line.strip()]
+    assert len(warnings) == 3 and "Traceback" not in stderr, stderr
