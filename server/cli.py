@@ -67,7 +67,8 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.server.mcp_server import create_server
     from context_paging.server.transport import serve_stdio
 
-    anyio.run(serve_stdio, create_server(settings))  # every request line gets an answer
+    limit = settings.get("paging", "max_request_bytes")
+    anyio.run(serve_stdio, create_server(settings), limit)  # every request line gets an answer
     return 0
 
 

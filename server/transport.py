@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import sys
+from dataclasses import dataclass
 from io import TextIOWrapper
 from typing import Any
 
@@ -39,6 +40,12 @@ log = logging.getLogger("context_paging")
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
 _ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+# Where a request's own id sits in a line too large to parse: first after "jsonrpc" (Python
+# clients) or last before the closing brace (TypeScript clients spread the request first).
+_HEAD_ID = re.compile(r'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"[^"\\]*")')
+_TAIL_ID = re.compile(r'"id"\s*:\s*(-?\d+|"[^"\\]*")\s*\}\s*$')
+_TOOLS_CALL = re.compile(r'"method"\s*:\s*"tools/call"')
+_EDGE = 4096
 
 
 def _clean(value: Any) -> Any:
@@ -87,13 +94,39 @@ def request_id(line: str) -> tuple[bool, int | str | None]:
         return True, None
 
 
-class _Stdin:
-    """The process's stdin as text lines, the last line remembered, surrogates repaired."""
+@dataclass(frozen=True, slots=True)
+class Oversize:
+    """A request line over the size limit, as much as can be told without parsing it."""
 
-    def __init__(self) -> None:
+    size: int
+    ident: int | str | None
+    tool_call: bool
+
+
+def oversize(line: str, limit: int) -> Oversize | None:
+    """The line's facts when it is over ``limit`` bytes of UTF-8, else None."""
+    if len(line) <= limit // 4:
+        return None  # no line this short can reach the limit (4 bytes per character at most)
+    size = len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return None
+    head, tail = line[:_EDGE], line[-_EDGE:]
+    found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
+    ident = json.loads(found.group(1)) if found else None
+    return Oversize(size, ident, bool(_TOOLS_CALL.search(head) or _TOOLS_CALL.search(tail)))
+
+
+class _Stdin:
+    """The process's stdin as text lines, the last line remembered, surrogates repaired, a line
+    over the size limit withheld (the SDK gets an empty line instead, which it reports as
+    unreadable, and :class:`_Answering` answers from :attr:`oversize`)."""
+
+    def __init__(self, limit: int) -> None:
         self._file = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8",
                                                    errors="replace"))
+        self.limit = limit
         self.last = ""
+        self.oversize: Oversize | None = None
 
     def __aiter__(self) -> _Stdin:
         return self
@@ -102,6 +135,10 @@ class _Stdin:
         line = await self._file.readline()
         if not line:
             raise StopAsyncIteration
+        self.oversize = oversize(line, self.limit)
+        if self.oversize is not None:
+            self.last = ""
+            return "\n"  # parsing it would cost many times its size; never read
         line, repaired = repair_line(line)
         if repaired:
             log.warning("request held lone UTF-16 surrogates; they were replaced by U+FFFD")
@@ -130,6 +167,9 @@ class _Answering:
             await self._answer(item)
 
     async def _answer(self, exc: Exception) -> None:
+        if self._stdin.oversize is not None:
+            await self._refuse(self._stdin.oversize)
+            return
         line = self._stdin.last
         is_request, ident = request_id(line)
         parsed = _parses(line)
@@ -143,6 +183,27 @@ class _Answering:
         error = types.JSONRPCError(jsonrpc="2.0", id=ident, error=types.ErrorData(
             code=code, message=f"request could not be read: {reason} ({str(exc)[:200]})"))
         await self._write.send(SessionMessage(error))
+
+    async def _refuse(self, big: Oversize) -> None:
+        limit = self._stdin.limit
+        text = (f"REQUEST_TOO_LARGE: the request is {big.size:,} bytes; the limit is {limit:,} "
+                "(paging.max_request_bytes: config.toml [paging], "
+                "CONTEXT_PAGING_PAGING_MAX_REQUEST_BYTES or --set paging.max_request_bytes=N). "
+                "Send the conversation without what the model no longer needs (old images, "
+                "long outputs), or raise the limit.")
+        log.warning("refused a request line of %d bytes (id %r): over max_request_bytes %d",
+                    big.size, big.ident, limit)
+        message: types.JSONRPCResponse | types.JSONRPCError
+        if big.tool_call and big.ident is not None:
+            result = types.CallToolResult(is_error=True,
+                                          content=[types.TextContent(type="text", text=text)])
+            message = types.JSONRPCResponse(jsonrpc="2.0", id=big.ident,
+                                            result=result.model_dump(by_alias=True,
+                                                                     exclude_none=True))
+        else:
+            message = types.JSONRPCError(jsonrpc="2.0", id=big.ident, error=types.ErrorData(
+                code=types.INVALID_REQUEST, message=text))
+        await self._write.send(SessionMessage(message))
 
     async def __aenter__(self) -> _Answering:
         await self._inner.__aenter__()
@@ -166,9 +227,9 @@ def _parses(line: str) -> bool:
     return True
 
 
-async def serve_stdio(server: MCPServer) -> None:
+async def serve_stdio(server: MCPServer, max_request_bytes: int) -> None:
     """Run ``server`` on stdin/stdout (what ``MCPServer.run()`` does, with the layers above)."""
-    stdin = _Stdin()
+    stdin = _Stdin(max_request_bytes)
     async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
         lowlevel = server._lowlevel_server  # the SDK's own run_stdio_async does the same
         await lowlevel.run(_Answering(read_stream, write_stream, stdin), write_stream,

@@ -440,24 +440,57 @@ async def test_4_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_
 # --- 5. every request line gets an answer over stdio ----------------------------------------------
 
 
-def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_each(tmp_path):
-    import select as select_module
+def start_serve(home: Path, *flags: str):
     import shutil
     import subprocess
 
-    home = ledger_home(tmp_path)
     executable = shutil.which("context-paging", path=os.path.dirname(sys.executable))
     assert executable, "the console script is installed next to the test interpreter"
-    server = subprocess.Popen([executable, "--home", str(home), "serve"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([executable, "--home", str(home), *flags, "serve"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_replies(server, ids: set[int]) -> dict[int, dict]:
+    import select as select_module
+
+    replies: dict[int, dict] = {}
+    while set(replies) != ids:
+        ready, _, _ = select_module.select([server.stdout], [], [], 30)
+        assert ready, f"no answer for {sorted(ids - set(replies))}"
+        reply = json.loads(server.stdout.readline())
+        replies[reply["id"]] = reply
+    return replies
+
+
+def finish(server) -> str:
+    """Close the server's input, wait for it to exit, and return what it wrote on stderr."""
+    try:
+        server.stdin.close()
+        server.wait(30)
+        return server.stderr.read().decode()
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+        server.stderr.close()
+
+
+INITIALIZE = [
+    json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+]
+
+
+def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_each(tmp_path):
+    home = ledger_home(tmp_path)
+    server = start_serve(home)
     deep: dict = {"a": 1}
     for _ in range(200):
         deep = {"x": deep}
     lines = [
-        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}}),
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        *INITIALIZE,
         # json.dumps would escape the backslash; these are the raw bytes a host sends
         '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_history",'
         '"arguments":{"query":"\\ud800","session":"ledger:none"}}}',
@@ -466,21 +499,12 @@ def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_eac
         '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":',
         json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
     ]
-    replies: dict[int, dict] = {}
     try:
-        assert server.stdin and server.stdout
         server.stdin.write("".join(line + "\n" for line in lines).encode())
         server.stdin.flush()
-        while len(replies) < 5:
-            ready, _, _ = select_module.select([server.stdout], [], [], 30)
-            assert ready, f"no answer for {sorted({0, 1, 2, 3, 4} - set(replies))}"
-            reply = json.loads(server.stdout.readline())
-            replies[reply["id"]] = reply
-        server.stdin.close()
-        server.wait(30)
+        replies = read_replies(server, {0, 1, 2, 3, 4})
     finally:
-        server.kill()
-    stderr = server.stderr.read().decode() if server.stderr else ""
+        stderr = finish(server)
     assert replies[1]["result"]["isError"] is True
     assert replies[1]["result"]["content"][0]["text"].startswith("UNKNOWN_SESSION: ")
     assert replies[2]["error"]["code"] == -32600
@@ -488,3 +512,45 @@ def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_eac
     assert len(replies[4]["result"]["tools"]) == 8
     warnings = [line for line in stderr.splitlines() if line.strip()]
     assert len(warnings) == 3 and "Traceback" not in stderr, stderr
+
+
+# --- 9. a request size limit, configurable, answered without parsing the request -------------------
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_9_a_select_context_request_over_the_limit_is_refused_with_a_clear_code(tmp_path, how):
+    home = ledger_home(tmp_path)
+    limit = 200_000
+    if how == "config":
+        config = home / "config.toml"
+        config.write_text(config.read_text().replace(
+            "[paging]\n", f"[paging]\nmax_request_bytes = {limit}\n"))
+    server = start_serve(home, *(["--set", f"paging.max_request_bytes={limit}"]
+                                 if how == "flag" else []))
+    small = exchange("t1", "fits")
+    big = exchange("t2", "y" * (limit + 10))
+
+    def request(ident: int, messages: list[dict], id_last: bool = False) -> str:
+        body = {"method": "tools/call", "params": {"name": "select_context", "arguments": {
+            "session": "lim", "messages": messages, "format": "anthropic"}}}
+        head = {"jsonrpc": "2.0", "id": ident}
+        # Python clients write the id first, TypeScript clients last
+        return json.dumps({**body, **head} if id_last else {**head, **body})
+
+    try:
+        server.stdin.write("".join(line + "\n" for line in [
+            *INITIALIZE, request(1, small), request(2, big), request(3, big, id_last=True),
+            json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"})]).encode())
+        server.stdin.flush()
+        replies = read_replies(server, {0, 1, 2, 3, 4})
+    finally:
+        stderr = finish(server)
+    assert replies[1]["result"].get("isError") is not True
+    for ident in (2, 3):
+        result = replies[ident]["result"]
+        assert result["isError"] is True
+        text = result["content"][0]["text"]
+        assert text.startswith("REQUEST_TOO_LARGE: ") and f"{limit:,}" in text, text
+        assert "max_request_bytes" in text
+    assert replies[4]["result"]["tools"]
+    assert stderr.count("max_request_bytes") == 2 and "Traceback" not in stderr, stderr
