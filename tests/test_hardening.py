@@ -129,6 +129,9 @@ async def test_7_a_result_for_no_call_is_refused_in_the_last_exchange_and_earlie
     for error, text, _ in replies:
         assert error and text.startswith("INVALID_MESSAGE_STRUCTURE: "), text
         assert "nobody" in text
+    # Refused whole: nothing of a refused request is stored, so no recovery tool shows it.
+    assert not (home / "ledger").exists() or not list((home / "ledger").glob("*.jsonl")), [
+        p.read_text()[:200] for p in (home / "ledger").glob("*.jsonl")]
 
 
 # --- 8. one code per cause -------------------------------------------------------------------------
