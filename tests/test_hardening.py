@@ -137,9 +137,9 @@ async def test_7_a_result_for_no_call_is_refused_in_the_last_exchange_and_earlie
 # --- 8. one code per cause -------------------------------------------------------------------------
 
 
-async def test_8_a_malformed_session_reference_has_one_code_in_every_tool(tmp_path):
+@pytest.mark.parametrize("bad", ["ledger:../x", "pi:../x", "../sessions/x.jsonl", "a\x00b"])
+async def test_8_a_malformed_session_reference_has_one_code_in_every_tool(tmp_path, bad):
     home = ledger_home(tmp_path)
-    bad = "ledger:../x"
     replies = await calls(home, ("paging_stats", {"session": bad}),
                           ("search_history", {"query": "x", "session": bad}),
                           ("browse_history", {"direction": "backward", "session": bad}),
