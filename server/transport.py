@@ -13,6 +13,9 @@ the SDK's own transport close that gap:
 * :class:`_Answering` sits on the SDK's read stream. When the SDK reports a line it could not
   read, it answers that line's request id (found with Python's parser, or by a scan of the
   line's start) with a JSON-RPC error, and logs one warning line.
+* A line over ``paging.max_request_bytes`` is never given to the SDK (parsing and validating
+  it would cost several times its size): it is answered ``REQUEST_TOO_LARGE`` (a tool error
+  for ``tools/call``, else a JSON-RPC error), its id found at the line's start or end.
 
 The SDK reads the next line only after the previous item was taken from the stream, so "the
 line that failed" is always the last one :class:`_Stdin` handed out.
@@ -38,7 +41,12 @@ from context_paging.index.jsonl import clean_text
 
 log = logging.getLogger("context_paging")
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
+# A lone surrogate escape: a high one not followed by a low one, or a low one not preceded by
+# a high one. Valid pairs (every emoji from a client writing ASCII JSON) do not match, so only
+# the rare damaged line pays for a second parse.
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 # Where a request's own id sits in a line too large to parse: first after "jsonrpc" (Python
 # clients) or last before the closing brace (TypeScript clients spread the request first).
@@ -60,7 +68,7 @@ def _clean(value: Any) -> Any:
 
 def repair_line(line: str) -> tuple[str, bool]:
     """The line with lone surrogates replaced by U+FFFD, and whether anything was replaced."""
-    if not _SURROGATE_ESCAPE.search(line):
+    if not _LONE_SURROGATE.search(line):
         return line, False
     try:
         value = json.loads(line)
