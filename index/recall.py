@@ -255,7 +255,8 @@ def repeat_cost(pattern: str) -> int:
             continue
         if ch == "\\":
             i += 2
-            if pattern[i - 1 : i] in ("p", "P", "N", "x", "u", "U", "g") and pattern[i : i + 1] == "{":
+            braced = pattern[i - 1 : i] in ("p", "P", "N", "x", "u", "U", "g")
+            if braced and pattern[i : i + 1] == "{":
                 close = pattern.find("}", i)
                 i = n if close < 0 else close + 1
         elif ch == "[":

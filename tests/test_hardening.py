@@ -15,7 +15,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
@@ -85,7 +84,7 @@ async def test_1_a_memory_error_while_compiling_is_a_coded_error(tmp_path, monke
     assert error and text.startswith("RECALL_PATTERN: ") and "memory" in text, text
 
 
-# --- 6. a damaged state file costs only the cut point ----------------------------------------------
+# --- 6. a damaged state file costs only the cut point ---------------------------------------------
 
 
 @pytest.mark.parametrize("damage", [
@@ -134,7 +133,7 @@ async def test_7_a_result_for_no_call_is_refused_in_the_last_exchange_and_earlie
         p.read_text()[:200] for p in (home / "ledger").glob("*.jsonl")]
 
 
-# --- 8. one code per cause -------------------------------------------------------------------------
+# --- 8. one code per cause ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", ["ledger:../x", "pi:../x", "../sessions/x.jsonl", "a\x00b"])
@@ -229,7 +228,7 @@ async def test_2_a_symlink_swapped_in_while_reading_never_leaks_the_outside_file
     try:
         async with Client(server) as client:
             thread.start()
-            for round_ in range(60):
+            for _ in range(60):
                 for tool, arguments in requests:
                     error, text, _ = await call(client, tool, arguments)
                     replies.append((error, text))
@@ -308,7 +307,7 @@ async def test_2_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_p
     assert outside_state.read_text() == json.dumps({"settings": "outsideword"})
 
 
-# --- 3. one private-part rule on every path --------------------------------------------------------
+# --- 3. one private-part rule on every path -------------------------------------------------------
 
 
 def home_bytes(home: Path, *folders: str) -> bytes:
@@ -430,7 +429,8 @@ async def test_4_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_
     path = roots["claude"] / "-work-c" / "srv.jsonl"
     path.parent.mkdir()
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    replies = await calls(home, ("browse_history", {"direction": "backward", "session": "claude:srv"}),
+    replies = await calls(home, ("browse_history", {"direction": "backward",
+                                                    "session": "claude:srv"}),
                           ("search_history", {"query": "zanzibar release notes",
                                               "session": "claude:srv", "load": True}))
     (error, text, browsed), (error2, text2, found) = replies
@@ -517,7 +517,7 @@ def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_eac
     assert len(warnings) == 3 and "Traceback" not in stderr, stderr
 
 
-# --- 9. a request size limit, configurable, answered without parsing the request -------------------
+# --- 9. a request size limit, configurable, answered without parsing the request ------------------
 
 
 @pytest.mark.parametrize("how", ["flag", "config"])
