@@ -55,7 +55,8 @@ class Catalog:
         key = str(found.path)
         session = self._files.pop(key, None)
         if session is None:
-            session = SessionFile(key, found.source)
+            root = self.roots.get(found.source)
+            session = SessionFile(key, found.source, str(root) if root is not None else None)
         self._files[key] = session
         while len(self._files) > self.keep_open:
             self._files.popitem(last=False)
@@ -84,7 +85,8 @@ class Catalog:
         return summaries
 
     def summary(self, found: SessionFileRef) -> SessionSummary:
-        info = self.open(found).info
+        session = self.open(found)
+        info = session.info
         parent = f"{found.source}:{info.parent_id}" if info.parent_id else None
         return SessionSummary(
             ref=found.ref,
@@ -95,7 +97,7 @@ class Catalog:
             cwd=info.cwd,
             created=info.created,
             updated=info.updated,
-            size=os.path.getsize(found.path),
+            size=session.cursor.size,
             format=info.format,
             parent=parent,
         )

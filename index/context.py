@@ -67,7 +67,7 @@ from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_
 from context_paging.paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
 from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
 from context_paging.paging.tokens import counted_resident, counted_tokens
-from context_paging.paging.units import tool_call_ids
+from context_paging.paging.units import normalize, tool_call_ids
 
 ESTIMATE_CACHE = 50_000
 PLAN_CACHE = 8
@@ -212,6 +212,10 @@ class ContextService:
             if not 0 <= index < len(messages):
                 raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1}")
         views = to_views(messages, fmt)  # type: ignore[arg-type]
+        if self.settings.enabled:
+            # A malformed request (a result that answers no call, …) is refused before anything
+            # is stored, so no tool ever sees its messages (specs/paging.md §1.5).
+            normalize([v.message for v in views.views])
         ledger = self.ledger.session(session)
         skip = set(ephemeral) | set(views.resident)
         fps = [None if i in skip else fingerprint(m) for i, m in enumerate(messages)]

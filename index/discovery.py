@@ -29,6 +29,11 @@ class SessionRefError(ValueError):
     """A session reference that names no session, several, or a place outside the roots."""
 
 
+class InvalidSessionRef(SessionRefError):
+    """A session reference that is malformed whatever the roots hold (a NUL byte, '..'): the
+    same cause as a malformed ledger id, so the same code (INVALID_SESSION)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionFileRef:
     source: str
@@ -74,11 +79,13 @@ def _inside(path: Path, root: Path) -> bool:
 def resolve(ref: str, roots: Mapping[str, Path | None]) -> SessionFileRef:
     """The one session file a reference names, or a SessionRefError saying why not."""
     if not isinstance(ref, str) or not ref.strip():
-        raise SessionRefError("session reference is empty; list sessions to get one")
+        raise InvalidSessionRef("session reference is empty; list sessions to get one")
     if "\x00" in ref:
-        raise SessionRefError("session reference contains a NUL byte")
+        raise InvalidSessionRef("session reference contains a NUL byte")
     ref = ref.strip()
     source, _, ident = ref.partition(":")
+    if source in SOURCE_NAMES and ".." in Path(ident).parts:
+        raise InvalidSessionRef(f"session reference {ref!r} may not contain '..'")
     if source in SOURCE_NAMES and ident and "/" not in ident:
         return _by_id(ident, roots, source)
     if "/" in ref or "\\" in ref or ref.endswith(".jsonl"):
@@ -112,7 +119,7 @@ def _by_id(ident: str, roots: Mapping[str, Path | None], source: str | None) -> 
 def _by_path(text: str, roots: Mapping[str, Path | None]) -> SessionFileRef:
     path = Path(os.path.expanduser(text))
     if ".." in path.parts:
-        raise SessionRefError(f"session path {text!r} may not contain '..'")
+        raise InvalidSessionRef(f"session path {text!r} may not contain '..'")
     real = Path(os.path.realpath(path))
     for source in SOURCE_NAMES:
         root = roots.get(source)

@@ -15,12 +15,14 @@ new bytes; a file that shrank, was replaced, or whose first line changed is read
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat as stat_module
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 _CHUNK = 8 << 20
 _HEAD_BYTES = 4096
@@ -125,29 +127,86 @@ def _parse_glued(raw: bytes, path: str, line: int, offset: int) -> tuple[list[An
     return values, issues
 
 
-def read_jsonl(path: str, start: int = 0, first_line: int = 1) -> Chunk:
-    """Read the complete lines of ``path`` from byte ``start`` (which must begin a line)."""
+class OutsideRoot(PermissionError):
+    """A file that resolves (or was swapped to resolve) outside the directory it must be in."""
+
+
+_NO_FOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_inside(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None,
+                buffering: int = -1) -> IO[bytes]:
+    """Open a regular file for reading so that what is read is what was checked.
+
+    Checking a path and then opening it is a race: a symlink swapped in between makes the open
+    read a file outside the roots. So the path is resolved, the resolved name is opened without
+    following a final symlink (``O_NOFOLLOW``), and the open file itself is verified: its
+    ``/proc/self/fd`` name must lie under ``root`` (Linux), or else its device and inode must be
+    those of the checked path. Raises :class:`OutsideRoot` (an ``OSError``) when it is not.
+    """
+    real = os.path.realpath(path)
+    real_root = os.path.realpath(root) if root is not None else None
+    if real_root is not None and not _under(real, real_root):
+        raise OutsideRoot(errno.EACCES, "the file resolves outside its root directory", str(path))
+    fd = os.open(real, _NO_FOLLOW)
+    try:
+        opened = os.fstat(fd)
+        if not stat_module.S_ISREG(opened.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "not a regular file", str(path))
+        if real_root is not None:
+            where = _fd_name(fd)
+            if where is not None:
+                inside = _under(where, real_root)
+            else:
+                checked = os.stat(real, follow_symlinks=False)
+                inside = (checked.st_dev, checked.st_ino) == (opened.st_dev, opened.st_ino)
+            if not inside:
+                raise OutsideRoot(errno.EACCES, "the file changed to one outside its root "
+                                  "directory while it was opened", str(path))
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _fd_name(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def read_jsonl(path: str, start: int = 0, first_line: int = 1,
+               handle: IO[bytes] | None = None) -> Chunk:
+    """Read the complete lines of ``path`` from byte ``start`` (which must begin a line), from
+    ``handle`` when the caller has opened it already (see :func:`open_inside`)."""
+    if handle is None:
+        with open_inside(path, buffering=_CHUNK) as opened:
+            return read_jsonl(path, start, first_line, opened)
     records: list[Record] = []
     issues: list[Issue] = []
     line, offset = first_line, start
     pending = False
-    with open(path, "rb", buffering=_CHUNK) as handle:
-        handle.seek(start)
-        for raw in handle:
-            if raw[-1:] != b"\n":  # the last line, still being written or just unterminated
-                if raw.isspace():
-                    offset += len(raw)
-                    break
-                tail = _parse_tail(raw)
-                if tail is None:
-                    pending = True
-                else:
-                    records.append(Record(line, offset, tail))
-                    offset += len(raw)
+    handle.seek(start)
+    for raw in handle:
+        if raw[-1:] != b"\n":  # the last line, still being written or just unterminated
+            if raw.isspace():
+                offset += len(raw)
                 break
-            _consume(raw, path, line, offset, records, issues)
-            offset += len(raw)
-            line += 1
+            tail = _parse_tail(raw)
+            if tail is None:
+                pending = True
+            else:
+                records.append(Record(line, offset, tail))
+                offset += len(raw)
+            break
+        _consume(raw, path, line, offset, records, issues)
+        offset += len(raw)
+        line += 1
     return Chunk(records, issues, offset, line, offset - start, pending)
 
 
@@ -176,18 +235,21 @@ def _parse_tail(raw: bytes) -> Any | None:
     return value if isinstance(value, dict) else None
 
 
-def _head_hash(path: str) -> str:
-    with open(path, "rb") as handle:
-        head = handle.read(_HEAD_BYTES)
+def _head_hash(path: str, handle: IO[bytes] | None = None) -> str:
+    if handle is None:
+        with open_inside(path) as opened:
+            return _head_hash(path, opened)
+    head = os.pread(handle.fileno(), _HEAD_BYTES, 0)
     first = head.split(b"\n", 1)[0]
     return hashlib.blake2b(first, digest_size=12).hexdigest()
 
 
 def file_identity(path: str) -> dict[str, object]:
     """What a cursor remembers of a file: enough to tell, without reading it, that it changed."""
-    stat = os.stat(path)
-    return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-            "inode": stat.st_ino, "head": _head_hash(path)}
+    with open_inside(path) as handle:
+        stat = os.fstat(handle.fileno())
+        return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                "inode": stat.st_ino, "head": _head_hash(path, handle)}
 
 
 @dataclass(slots=True)
@@ -195,6 +257,7 @@ class FileCursor:
     """Where reading one file stopped, and how to recognise that it is still the same file."""
 
     path: str
+    root: str | None = None  # the directory the file must stay inside (see open_inside)
     offset: int = 0
     next_line: int = 1
     inode: int = -1
@@ -205,8 +268,12 @@ class FileCursor:
 
     def read(self) -> tuple[Chunk, bool]:
         """Read what is new. Returns the chunk and whether the file was read from the start."""
-        stat = os.stat(self.path)
-        head = _head_hash(self.path)
+        with open_inside(self.path, self.root, buffering=_CHUNK) as handle:
+            return self._read(handle)
+
+    def _read(self, handle: IO[bytes]) -> tuple[Chunk, bool]:
+        stat = os.fstat(handle.fileno())
+        head = _head_hash(self.path, handle)
         restart = (
             stat.st_ino != self.inode
             or stat.st_size < self.offset
@@ -214,7 +281,7 @@ class FileCursor:
         )
         if restart:
             self.offset, self.next_line = 0, 1
-        chunk = read_jsonl(self.path, self.offset, self.next_line)
+        chunk = read_jsonl(self.path, self.offset, self.next_line, handle)
         self.offset, self.next_line = chunk.end, chunk.next_line
         self.inode, self.head = stat.st_ino, head
         self.size, self.mtime_ns = stat.st_size, stat.st_mtime_ns

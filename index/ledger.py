@@ -31,6 +31,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -39,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.history import HistoryItem, project
-from context_paging.index.jsonl import FileCursor, Issue
+from context_paging.index.jsonl import FileCursor, Issue, open_inside
 from context_paging.index.model import Message
 from context_paging.index.sources.hosts import host_messages, join_turns
 from context_paging.paging.distill import Decision
 
+log = logging.getLogger("context_paging")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -93,7 +96,7 @@ class LedgerSession:
         self.name = name
         self.ref = f"ledger:{name}"
         self.path = directory / f"{name}.jsonl"
-        self.cursor = FileCursor(str(self.path))
+        self.cursor = FileCursor(str(self.path), str(directory))
         self.records: dict[str, dict[str, Any]] = {}
         self.head: str | None = None
         self.issues: list[Issue] = []
@@ -156,12 +159,12 @@ class LedgerSession:
     def _write(self, lines: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as handle:
+        with open(self.path, "a+b", opener=_no_follow) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 size = os.fstat(handle.fileno()).st_size
-                if size and _last_byte(self.path) != b"\n":
-                    _cut_partial_line(handle, self.path)
+                if size and os.pread(handle.fileno(), 1, size - 1) != b"\n":
+                    _cut_partial_line(handle, size)
                 handle.write(data.encode("utf-8", "surrogatepass"))
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -220,16 +223,15 @@ def _remember_names(messages: Sequence[Message], names: dict[str, str]) -> None:
             names[call.id] = call.name
 
 
-def _last_byte(path: Path) -> bytes:
-    with open(path, "rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1)
+def _no_follow(path: str, flags: int) -> int:
+    """``open`` opener for files in the home: never write through a symlink planted there."""
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
 
 
-def _cut_partial_line(handle: Any, path: Path) -> None:
-    """Drop a half-written last line (a crash mid-append) before writing after it."""
-    with open(path, "rb") as reader:
-        data = reader.read()
+def _cut_partial_line(handle: Any, size: int) -> None:
+    """Drop a half-written last line (a crash mid-append) before writing after it. Read through
+    the append handle itself, so a link swapped in for the path is never read."""
+    data = os.pread(handle.fileno(), size, 0)
     keep = data.rfind(b"\n") + 1
     handle.truncate(keep)
 
@@ -265,18 +267,73 @@ class Ledger:
     # --- selection state ----------------------------------------------------------------------
 
     def load_state(self, ref: str) -> dict[str, Any]:
+        """The saved selection state, or ``{}``. A damaged file (not JSON, nested too deep, a
+        field of the wrong type) only costs the cut point and calibration: it is moved aside to
+        ``<session>.json.broken`` with one warning, so the next call starts clean."""
         path = self.state_directory / f"{check_session_id(ref)}.json"
         try:
-            value = json.loads(path.read_text(encoding="utf-8"))
+            with open_inside(path, self.state_directory) as handle:
+                value = json.loads(handle.read().decode("utf-8"))
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError):
-            return {}  # a damaged state file only costs the cut point; the ledger is intact
-        return value if isinstance(value, dict) else {}
+        except (OSError, ValueError, RecursionError) as exc:
+            problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            problem = state_problem(value)
+            if problem is None:
+                return value
+        log.warning("state file %s is damaged (%s); moved aside, the cut point starts over",
+                    path, problem)
+        try:
+            os.replace(path, path.with_name(path.name + ".broken"))
+        except OSError:
+            pass  # the next save replaces it anyway
+        return {}
 
     def save_state(self, ref: str, state: dict[str, Any]) -> None:
         self.state_directory.mkdir(parents=True, exist_ok=True)
         path = self.state_directory / f"{check_session_id(ref)}.json"
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, ensure_ascii=False), encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8", opener=_no_follow) as handle:
+            handle.write(json.dumps(state, ensure_ascii=False))
         os.replace(tmp, path)
+
+
+def _number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def state_problem(value: Any) -> str | None:
+    """What is wrong with a loaded state value, or None. Checks every field a later call reads
+    (index.context), so a bad field cannot survive into the next save or break paging_stats."""
+    if not isinstance(value, dict):
+        return f"a JSON {type(value).__name__}, not an object"
+    settings = value.get("settings")
+    if settings is not None and not (isinstance(settings, list) and len(settings) == 2):
+        return "settings is not a pair"
+    for key in ("cut", "anchor", "latest"):
+        if value.get(key) is not None and not isinstance(value[key], dict):
+            return f"{key} is not an object"
+    latest = value.get("latest") or {}
+    for key in ("estimated_tokens", "budget_tokens"):
+        if latest.get(key) is not None and not _number(latest[key]):
+            return f"latest.{key} is not a number"
+    if latest.get("mode") is not None and not isinstance(latest["mode"], str):
+        return "latest.mode is not a string"
+    usage = value.get("usage_by_response")
+    if usage is not None:
+        if not isinstance(usage, dict):
+            return "usage_by_response is not an object"
+        for pair in usage.values():
+            if not (isinstance(pair, list) and len(pair) == 2
+                    and all(_number(n) and n >= 0 for n in pair)):
+                return "usage_by_response holds a value that is not two token counts"
+    if value.get("model_window") is not None and not _number(value["model_window"]):
+        return "model_window is not a number"
+    evicted = value.get("evicted_messages")
+    if evicted is not None and not (isinstance(evicted, int) and not isinstance(evicted, bool)):
+        return "evicted_messages is not an integer"
+    if not isinstance(value.get("calibrated", False), bool):
+        return "calibrated is not true or false"
+    return None

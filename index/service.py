@@ -11,7 +11,8 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.context import ContextService, ContextSettings
 from context_paging.index.discovery import SessionFileRef, SessionRefError, iter_session_files, resolve
 from context_paging.index.history import HistoryItem, block_text
-from context_paging.index.jsonl import file_identity
+from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
 from context_paging.index.navigator import Navigator, NavigatorError, compact_references
 from context_paging.index.proxied import (
@@ -119,17 +120,15 @@ class History:
     def _open(self, ref: str) -> tuple[str, str, Sequence[HistoryItem], dict[str, Any]]:
         """(canonical ref, cwd, raw items, file state) of a session reference."""
         if ref.startswith("ledger:"):
-            try:
-                return self.ledger.open(ref)
-            except LedgerError as exc:
-                raise SessionRefError(str(exc)) from None
-        found = self._resolved.get(ref)
-        if found is None or not _still_inside(found, self.catalog.roots):
-            # Resolving walks every file under the roots; a search resolves the session and
-            # each hit's session, so canonical references are remembered per process.
-            found = resolve(ref, self.catalog.roots)
-            self._resolved[found.ref] = found
-        return self._open_file(found)
+            return self.ledger.open(ref)  # a malformed id is a LedgerError: INVALID_SESSION
+        with _unreadable_session(ref, self.home):
+            found = self._resolved.get(ref)
+            if found is None or not _still_inside(found, self.catalog.roots):
+                # Resolving walks every file under the roots; a search resolves the session and
+                # each hit's session, so canonical references are remembered per process.
+                found = resolve(ref, self.catalog.roots)
+                self._resolved[found.ref] = found
+            return self._open_file(found)
 
     def _open_file(self, found: SessionFileRef) -> tuple[str, str, Sequence[HistoryItem], dict]:
         try:
@@ -166,7 +165,7 @@ class History:
             reverse=True,
         )
         for found in files:
-            if not might_have_run_in(found, cwd):
+            if not might_have_run_in(found, cwd, self.catalog.roots.get(found.source)):
                 continue
             try:
                 if self.catalog.open(found).info.cwd == cwd:
@@ -182,7 +181,8 @@ class History:
             stats = self.context.stats(ref, enabled)
             tally = conversation_stats(self.home, ref)
             return stats.model_copy(update={"proxy": figures(tally)}) if tally else stats
-        found, session = self.catalog.session(ref)
+        with _unreadable_session(ref, self.home):
+            found, session = self.catalog.session(ref)
         return file_stats(found.ref, session, enabled, self._context_settings.token_budget)
 
     def list_sessions(
@@ -222,7 +222,7 @@ class History:
                         canonical, cwd, items, state = self._open_file(ref)
                     else:
                         canonical, cwd, items, state = self._open(ref)
-                except (SessionRefError, OSError) as exc:
+                except (SessionRefError, LedgerError, OSError) as exc:
                     log.warning("not indexed: %s: %s", name, exc)
                     continue
                 if stored.get(canonical) != state:
@@ -303,6 +303,22 @@ class History:
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
 
 
+@contextmanager
+def _unreadable_session(ref: str, home: Path) -> Iterator[None]:
+    """A session file that cannot be read is the session's problem, not the home's: an OS error
+    on a path outside the home (a name too long, a link swapped in, a permission) becomes a
+    SessionRefError naming the file and the reason, so the server does not answer with a
+    storage error that blames the home."""
+    try:
+        yield
+    except OSError as exc:
+        where = str(exc.filename or ref)
+        if os.path.realpath(where).startswith(os.path.realpath(home) + os.sep):
+            raise
+        reason = exc.strerror or str(exc)
+        raise SessionRefError(f"cannot read session {ref!r}: {reason}") from None
+
+
 def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bool:
     """A remembered file is still a file inside its root (no symlink swapped in since)."""
     root = roots.get(found.source)
@@ -310,7 +326,7 @@ def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bo
     return root is not None and real.is_file() and real.is_relative_to(os.path.realpath(root))
 
 
-def might_have_run_in(found: SessionFileRef, cwd: str) -> bool:
+def might_have_run_in(found: SessionFileRef, cwd: str, root: Path | None = None) -> bool:
     """A cheap pre-check before parsing a file to learn its working directory.
 
     Claude Code and Pi name a session's folder after its working directory (lossy escapes, so a
@@ -326,8 +342,8 @@ def might_have_run_in(found: SessionFileRef, cwd: str) -> bool:
         return folder == "--" + re.sub(r"[/\\:]", "-", cwd.lstrip("/\\")) + "--"
     if found.source == "codex":
         try:
-            with open(found.path, encoding="utf-8", errors="replace") as handle:
-                return cwd in handle.readline()
+            with open_inside(found.path, root) as handle:
+                return cwd in handle.readline().decode("utf-8", "replace")
         except OSError:
             return False
     return True

@@ -22,10 +22,10 @@ class UnknownFormat(ValueError):
 
 
 class SessionFile:
-    def __init__(self, path: str, source: str | None = None) -> None:
+    def __init__(self, path: str, source: str | None = None, root: str | None = None) -> None:
         self.path = path
         self.source = source
-        self.cursor = FileCursor(path)
+        self.cursor = FileCursor(path, root)  # reads only what is still inside ``root``
         self.records: list[Record] = []
         self.read_issues: list[Issue] = []
         self.pending = False

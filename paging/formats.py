@@ -148,7 +148,11 @@ def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str])
         out = []
         for block in blocks:
             kind = block.get("type") if isinstance(block, dict) else None
-            if kind in ("tool_use", "server_tool_use") and isinstance(block.get("id"), str):
+            if kind in SERVER_CALL_KINDS or is_server_result(block):
+                # Complete inside this message (the server ran the tool): public text, not a
+                # call waiting for a result (specs/model-apis.md, server tools).
+                out.append({"type": "text", "text": public_json(block)})
+            elif kind == "tool_use" and isinstance(block.get("id"), str):
                 names[block["id"]] = str(block.get("name", ""))
                 out.append({"type": "toolCall", "id": block["id"], "name": block.get("name", ""),
                             "arguments": block.get("input", {})})
@@ -180,6 +184,8 @@ def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str])
 def _pi_block(block: Any) -> dict[str, Any]:
     if not isinstance(block, dict):
         return {"type": "text", "text": str(block)}
+    if is_private_part(block):
+        return _private(block)
     kind = block.get("type")
     if kind == "text":
         return {"type": "text", "text": block.get("text", "")}
@@ -192,19 +198,54 @@ def _pi_block(block: Any) -> dict[str, Any]:
         url = url.get("url", "") if isinstance(url, dict) else str(url or "")
         head, _, data = url.partition(",") if url.startswith("data:") else ("", "", "")
         return {"type": "image", "data": data, "mimeType": head[5:].split(";")[0] or "image/*"}
-    return {"type": "text", "text": json.dumps(block, ensure_ascii=False, separators=(",", ":"))}
+    return {"type": "text", "text": public_json(block)}
 
 
 _PRIVATE_KINDS = frozenset({"thinking", "redacted_thinking", "reasoning"})
 _PRIVATE_KEYS = frozenset({"thinking", "signature", "encrypted_content", "reasoning"})
+# Assistant parts known to be public. Every other assistant part (``reasoning_text``,
+# ``summary_text``, a type invented next year) is treated as private: it is counted but never
+# read as text, indexed or returned (DESIGN.md "Public view").
+SERVER_CALL_KINDS = frozenset({"server_tool_use", "mcp_tool_use"})
+_PUBLIC_ASSISTANT_KINDS = frozenset({
+    "text", "output_text", "refusal", "tool_use", "toolCall", "tool_call", "function_call",
+    "image", "image_url", "output_image"}) | SERVER_CALL_KINDS
 
 
-def is_private_part(block: Any) -> bool:
-    """A content part with a model's private reasoning in any host's dialect (e.g. Mistral's
-    ``thinking`` parts in OpenAI-style content): a thinking view here, so it is counted but
-    never read as text, and a hidden block in stored history (never indexed or returned)."""
-    return isinstance(block, dict) and (block.get("type") in _PRIVATE_KINDS
-                                        or not _PRIVATE_KEYS.isdisjoint(block))
+def is_server_result(block: Any) -> bool:
+    """A server tool's result inside the assistant message that made the call (Anthropic
+    ``web_search_tool_result``, ``code_execution_tool_result``, ``mcp_tool_result`` …)."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
+
+
+def is_private_part(block: Any, role: str | None = None) -> bool:
+    """The one private-part rule, for every path that builds text for a model, an index or a
+    reply. Private: a part of a known reasoning kind or carrying a reasoning key, in any role
+    and any host's dialect (e.g. Mistral's ``thinking`` parts in OpenAI-style content, a
+    thinking block pasted into an Anthropic tool result); and in an assistant message any part
+    of a kind not known to be public."""
+    if not isinstance(block, dict):
+        return False
+    if block.get("type") in _PRIVATE_KINDS or not _PRIVATE_KEYS.isdisjoint(block):
+        return True
+    return role == "assistant" and block.get("type") not in _PUBLIC_ASSISTANT_KINDS and not (
+        is_server_result(block))
+
+
+def public_json(block: Any) -> str:
+    """A public part (a server tool call or result, a document) as compact JSON text, with any
+    nested private or opaque field (signatures, encrypted content) left out."""
+    return json.dumps(_without_private_keys(block), ensure_ascii=False, separators=(",", ":"))
+
+
+def _without_private_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_private_keys(v) for k, v in value.items()
+                if k not in _PRIVATE_KEYS and not is_private_part(v)}
+    if isinstance(value, list):
+        return [_without_private_keys(v) for v in value if not is_private_part(v)]
+    return value
 
 
 def _private(block: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +259,7 @@ def _openai_views(message: dict[str, Any], index: int, names: dict[str, str]) ->
     if isinstance(content, str) or content is None:
         blocks = [{"type": "text", "text": content}] if content else []
     elif isinstance(content, list):
-        blocks = [_private(b) if is_private_part(b) else _pi_block(b) for b in content]
+        blocks = [_private(b) if is_private_part(b, role) else _pi_block(b) for b in content]
     else:
         raise FormatError(f"message {index} content must be a string, a list or null")
     if role in ("system", "developer"):

@@ -77,13 +77,17 @@ SERVE_ON_A_TERMINAL = (
 
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import anyio
+
     from context_paging.server.mcp_server import create_server
+    from context_paging.server.transport import serve_stdio
 
     server = create_server(settings, tools=args.tools)
     _stop_on_interrupt(server.history, server.history_lock)
     if sys.stdin.isatty():  # a person ran it by hand: say what it is instead of sitting silent
         print(SERVE_ON_A_TERMINAL, file=sys.stderr, flush=True)
-    server.run()
+    limit = settings.get("paging", "max_request_bytes")
+    anyio.run(serve_stdio, server, limit)  # every request line gets an answer
     return 0
 
 

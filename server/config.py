@@ -70,6 +70,9 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         "token_budget": (128_000, _positive_int),
         "trim_to_tokens": (None, _optional_positive_int),
         "estimator": ("tiktoken", _choice("tiktoken", "chars4")),
+        # The largest request line serve reads (select_context carries whole conversations);
+        # a larger one is answered REQUEST_TOO_LARGE without being parsed (server/transport.py).
+        "max_request_bytes": (32 * 1024 * 1024, _positive_int),
     },
     "distill": {
         f.name: (f.default, partial(check_setting, f.name)) for f in fields(DistillConfig)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from context_paging import __version__
 from context_paging.index.catalog import SessionSummary
 from context_paging.index.context import ContextSettings
-from context_paging.index.discovery import SessionRefError
+from context_paging.index.discovery import InvalidSessionRef, SessionRefError
 from context_paging.index.ledger import LedgerError
 from context_paging.index.navigator import NavigatorError, dumps
 from context_paging.index.service import History, SearchReply
@@ -269,6 +269,8 @@ def create_server(settings: Settings, history: History | None = None,
             return await anyio.to_thread.run_sync(locked)
         except NavigatorError as exc:
             raise ToolFailure(exc.code, str(exc)) from None
+        except InvalidSessionRef as exc:  # malformed, like a bad ledger id
+            raise ToolFailure("INVALID_SESSION", str(exc)) from None
         except SessionRefError as exc:
             raise ToolFailure("UNKNOWN_SESSION", str(exc)) from None
         except IndexBusy as exc:

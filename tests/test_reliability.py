@@ -697,3 +697,227 @@ async def test_a_truncated_ledger_line_is_cut_and_no_earlier_message_is_lost(tmp
     error, text = await select(home, "cut", sent)
     assert not error, text
     assert stored_messages(home, "cut") == sent
+
+
+# --- 6. fuzzed message parts of the current provider APIs (issue 11) -------------------------
+
+
+class PartFuzz:
+    """Random conversations built from Anthropic Messages, OpenAI Chat Completions and OpenAI
+    Responses content types. Private markers go only where the content is private (reasoning,
+    signatures, encrypted payloads, unknown assistant parts); visible text carries no marker."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.markers: list[str] = []
+        self.calls = 0
+
+    def secret(self) -> str:
+        word = f"fuzzsecret{len(self.markers):05d}"
+        self.markers.append(word)
+        return word
+
+    def visible(self) -> str:
+        return self.rng.choice(["build failed in parser.ts", "ok", "", "é" * 3, "line\n" * 5,
+                                "\U0001f600 done", "x" * self.rng.randint(0, 3000)])
+
+    def image(self) -> dict:
+        return {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                            "data": "iVBORw0KGgo="}}
+
+    def anthropic_user_part(self) -> dict:
+        return self.rng.choice([
+            lambda: {"type": "text", "text": self.visible()},
+            self.image,
+            lambda: {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                                    "data": self.visible()}, "title": "notes"},
+            lambda: {"type": "search_result", "source": "https://example.org", "title": "t",
+                     "content": [{"type": "text", "text": self.visible()}]},
+            lambda: {"type": "container_upload", "file_id": "file_1"},
+            lambda: {"type": "thinking", "thinking": self.secret(), "signature": self.secret()},
+        ])()
+
+    def anthropic_assistant(self, n: int) -> tuple[dict, list[str]]:
+        parts: list[dict] = []
+        calls: list[str] = []
+        for _ in range(self.rng.randint(1, 5)):
+            kind = self.rng.randrange(9)
+            if kind == 0:
+                parts.append({"type": "thinking", "thinking": self.secret(),
+                              "signature": self.secret()})
+            elif kind == 1:
+                parts.append({"type": "redacted_thinking", "data": self.secret()})
+            elif kind == 2:
+                ident = f"srv{n}_{len(parts)}"
+                parts += [{"type": "server_tool_use", "id": ident, "name": "web_search",
+                           "input": {"query": self.visible()}},
+                          {"type": "web_search_tool_result", "tool_use_id": ident, "content": [
+                              {"type": "web_search_result", "url": "https://example.org",
+                               "title": self.visible(), "encrypted_content": self.secret()}]}]
+            elif kind == 3:
+                ident = f"code{n}_{len(parts)}"
+                parts += [{"type": "server_tool_use", "id": ident, "name": "code_execution",
+                           "input": {"code": "print(1)"}},
+                          {"type": "code_execution_tool_result", "tool_use_id": ident,
+                           "content": {"type": "code_execution_result", "stdout": self.visible(),
+                                       "stderr": "", "return_code": 0}}]
+            elif kind == 4:
+                ident = f"mcp{n}_{len(parts)}"
+                parts += [{"type": "mcp_tool_use", "id": ident, "name": "lookup",
+                           "server_name": "docs", "input": {}},
+                          {"type": "mcp_tool_result", "tool_use_id": ident, "is_error": False,
+                           "content": [{"type": "text", "text": self.visible()}]}]
+            elif kind == 5:
+                parts.append({"type": "compaction_future", "content": self.secret()})
+            elif kind == 6:
+                ident = f"tool{n}_{len(parts)}"
+                calls.append(ident)
+                parts.append({"type": "tool_use", "id": ident, "name": "bash",
+                              "input": {"command": "ls"}})
+            else:
+                parts.append({"type": "text", "text": self.visible()})
+        return {"role": "assistant", "content": parts}, calls
+
+    def anthropic(self, turns: int) -> list[dict]:
+        messages: list[dict] = []
+        for n in range(turns):
+            messages.append({"role": "user", "content": [self.anthropic_user_part()
+                                                         for _ in range(self.rng.randint(1, 3))]})
+            assistant, calls = self.anthropic_assistant(n)
+            messages.append(assistant)
+            if calls:
+                messages.append({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": c, "is_error": self.rng.random() < .2,
+                     "content": [self.rng.choice([{"type": "text", "text": self.visible()},
+                                                  self.image(), self.anthropic_user_part()])]}
+                    for c in calls]})
+        messages.append({"role": "user", "content": self.visible() or "next"})
+        return messages
+
+    def openai_part(self, assistant: bool) -> dict:
+        public = [
+            lambda: {"type": "text", "text": self.visible()},
+            lambda: {"type": "output_text" if assistant else "input_text",
+                     "text": self.visible(), "annotations": []},
+            lambda: {"type": "refusal", "refusal": self.visible()},
+        ]
+        if not assistant:
+            public += [
+                lambda: {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+                lambda: {"type": "input_image", "image_url": "https://example.org/a.png"},
+                lambda: {"type": "input_audio", "input_audio": {"data": "UklG", "format": "wav"}},
+                lambda: {"type": "file", "file": {"file_id": "file-1", "filename": "a.pdf"}},
+                lambda: {"type": "input_file", "file_id": "file-2"},
+            ]
+        private = [
+            lambda: {"type": "reasoning", "id": "rs_1", "encrypted_content": self.secret(),
+                     "summary": [{"type": "summary_text", "text": self.secret()}]},
+            lambda: {"type": "thinking", "thinking": self.secret()},
+        ]
+        if assistant:
+            private += [lambda: {"type": "reasoning_text", "text": self.secret()},
+                        lambda: {"type": "summary_text", "text": self.secret()},
+                        lambda: {"type": "future_part", "data": self.secret()}]
+        return self.rng.choice(public + private)()
+
+    def openai(self, turns: int) -> list[dict]:
+        messages: list[dict] = [{"role": "system", "content": "be brief"}]
+        for n in range(turns):
+            messages.append({"role": "user", "content": [self.openai_part(False)
+                                                         for _ in range(self.rng.randint(1, 3))]})
+            assistant: dict[str, Any] = {"role": "assistant", "content": [
+                self.openai_part(True) for _ in range(self.rng.randint(0, 3))] or None}
+            for key in self.rng.sample(["reasoning_content", "reasoning_details", "reasoning"],
+                                       self.rng.randint(0, 2)):
+                assistant[key] = (self.secret() if key != "reasoning_details"
+                                  else [{"type": "reasoning.text", "text": self.secret()}])
+            calls = [f"call{n}_{k}" for k in range(self.rng.randint(0, 2))]
+            if calls:
+                assistant["tool_calls"] = [{"id": c, "type": "function", "function": {
+                    "name": "bash", "arguments": json.dumps({"command": "ls"})}} for c in calls]
+            messages.append(assistant)
+            messages += [{"role": "tool", "tool_call_id": c, "content": self.visible()}
+                         for c in calls]
+        messages.append({"role": "user", "content": self.visible() or "next"})
+        return messages
+
+
+def _window_texts(messages: list[dict]) -> Iterator[str]:
+    """Every text a window shows a model: string contents, text parts, and the same inside
+    tool results. Private parts the host sent come back to it untouched and are not text."""
+
+    def parts(content: Any) -> Iterator[str]:
+        if isinstance(content, str):
+            yield content
+            return
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") in ("text", "output_text", "input_text"):
+                yield str(part.get("text"))
+            elif part.get("type") == "tool_result":
+                yield from parts(part.get("content"))
+
+    for message in messages:
+        yield from parts(message.get("content"))
+
+
+@pytest.mark.anyio
+async def test_fuzzed_provider_parts_give_no_uncoded_error_and_no_private_text(tmp_path):
+    home = tmp_path / "home"
+    write_config(home, {name: tmp_path / "none" for name in ("pi", "claude", "codex")},
+                 '[paging]\nestimator = "chars4"\n')
+    fuzz = PartFuzz(seed=11)
+    server = create_server(load_settings(home=home))
+    replies: list[str] = []
+
+    async def ask(c: Client, tool: str, arguments: dict) -> dict | None:
+        error, text, value = await call(c, tool, arguments)
+        fuzz.calls += 1
+        assert not error or anticipated(tool, text), (tool, text)
+        if tool == "select_context" and not error:
+            replies.extend(_window_texts(value["messages"]))
+            replies.append(json.dumps({k: v for k, v in value.items() if k != "messages"}))
+        else:
+            replies.append(text)
+        return None if error else value
+
+    async with Client(server) as c:
+        for case in range(24):
+            fmt = "anthropic" if case % 2 == 0 else "openai"
+            turns = fuzz.rng.randint(1, 6)
+            messages = fuzz.anthropic(turns) if fmt == "anthropic" else fuzz.openai(turns)
+            session = f"fuzz{case}"
+            budget = fuzz.rng.choice([None, 400, 2000])
+            arguments: dict[str, Any] = {"session": session, "messages": messages, "format": fmt}
+            if budget:
+                arguments["token_budget"] = budget
+            if await ask(c, "select_context", arguments) is None:
+                continue
+            ref = f"ledger:{session}"
+            found = await ask(c, "search_history", {"query": "", "session": ref, "limit": 10,
+                                                    "load": True})
+            await ask(c, "search_history", {"query": "parser", "session": ref})
+            await ask(c, "browse_history", {"direction": "around", "session": ref, "count": 10,
+                                            "sequence": 1})
+            for reference in (found or {}).get("references", [])[:6]:
+                history_id = reference["history_id"]
+                await ask(c, "recall", {"history_id": history_id, "session": ref})
+                for index in range(4):
+                    await ask(c, "read_context_output", {
+                        "history_id": history_id, "source": "assistant", "content_index": index,
+                        "session": ref})
+            for item in (found or {}).get("items") or []:
+                for result in item.get("tool_results", []):
+                    await ask(c, "recall", {"tool_call_id": result["tool_call_id"],
+                                            "session": ref})
+            await ask(c, "paging_stats", {"session": ref})
+    server.history.close()
+    COUNTS["fuzzed provider-part calls"] += fuzz.calls
+    COUNTS["planted private markers"] += len(fuzz.markers)
+    text = "\n".join(replies)
+    leaks = [m for m in fuzz.markers if m in text]
+    assert leaks == [], text[max(0, text.find(leaks[0]) - 300):][:400] if leaks else ""
+    stored = b"".join(p.read_bytes() for folder in ("index", "state")
+                      for p in (home / folder).rglob("*") if p.is_file())
+    assert [m for m in fuzz.markers if m.encode() in stored] == []

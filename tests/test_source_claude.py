@@ -432,8 +432,9 @@ def test_assistant_block_kinds_and_stop_reasons():
     first, second = build_values(values).messages[1], build_values(values).messages[3]
     assert first.content == (
         HiddenBlock("redacted_thinking"),
-        ToolCall("srv1", "web_search", {"q": "x"}),
-        HiddenBlock("unknown"),
+        # a server tool's call and result are one complete exchange, kept as text (issue 11)
+        TextBlock('{"type":"server_tool_use","id":"srv1","name":"web_search","input":{"q":"x"}}'),
+        TextBlock('{"type":"web_search_tool_result","tool_use_id":"srv1","content":[]}'),
         HiddenBlock("unknown"),
         ToolCall("t1", "Edit", {"file_path": "a.py"}),
     )

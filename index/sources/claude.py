@@ -38,7 +38,9 @@ Decisions where the spec is silent:
   attachments are origin ``steering``. ``queue-operation`` lines stay metadata (no uuid).
 * ``<bash-input>`` and the ``<bash-stdout>``/``<bash-stderr>`` reply are origin ``bash`` (the
   model saw both). Slash commands keep their exact tag text, origin ``slash_command``.
-* Server-tool results and unknown assistant blocks are ``HiddenBlock("unknown")``.
+* Server tools (``server_tool_use`` / ``mcp_tool_use`` and their ``*_tool_result`` in the same
+  response) are public text, opaque fields left out; unknown assistant blocks are
+  ``HiddenBlock("unknown")``.
 * Usage counts every assistant line in the file (old CLIs kept subagents inline), never
   ``progress`` mirrors (the subagent file holds those responses).
 * ``format`` uses the last ``version`` seen; ``cwd`` the first (where the session started).
@@ -55,6 +57,7 @@ from pathlib import PurePath
 from typing import Any
 
 from context_paging.index.jsonl import Issue, Record
+from context_paging.paging.formats import SERVER_CALL_KINDS, is_server_result, public_json
 from context_paging.index.model import (
     Block,
     Conversation,
@@ -86,7 +89,7 @@ _TEXT_KINDS = (
 _ORIGIN = {"typed": "typed", "slash_command": "slash_command", "bash": "bash",
            "bash_output": "bash", "steering": "steering"}
 _FORK_KINDS = frozenset({"typed", "slash_command", "bash"})
-_CALL_TYPES = ("tool_use", "server_tool_use")
+_CALL_TYPES = ("tool_use",)  # server tools (server_tool_use, mcp_tool_use) answer in-message
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 _TITLE_CHARS = 80
 
@@ -588,13 +591,17 @@ def _assistant_blocks(content: Any) -> list[Block]:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             blocks.append(TextBlock(block["text"]))
+        elif kind in SERVER_CALL_KINDS or is_server_result(block):
+            # A server tool's call and its result sit in the same response: one complete,
+            # searchable exchange, not a call waiting for a tool_result line.
+            blocks.append(TextBlock(public_json(block)))
         elif kind in _CALL_TYPES and isinstance(block.get("id"), str):
             name = block.get("name") if isinstance(block.get("name"), str) else ""
             blocks.append(ToolCall(block["id"], name, _arguments(block.get("input"))))
         elif kind in ("thinking", "redacted_thinking"):
             blocks.append(HiddenBlock(kind))
         else:
-            # Unknown and server-result blocks keep their slot, never their content (privacy).
+            # Unknown blocks keep their slot, never their content (privacy).
             blocks.append(HiddenBlock("unknown"))
     return blocks
 

@@ -20,7 +20,13 @@ from typing import Any
 
 from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.sources.pi import agent_message
-from context_paging.paging.formats import is_private_part, responses_role
+from context_paging.paging.formats import (
+    SERVER_CALL_KINDS,
+    is_private_part,
+    is_server_result,
+    public_json,
+    responses_role,
+)
 
 _STOPS = {"end_turn": "stop", "stop": "stop", "tool_use": "tool_use", "tool_calls": "tool_use",
           "max_tokens": "length", "length": "length", "aborted": "aborted", "error": "error",
@@ -53,7 +59,7 @@ def _image(block: dict[str, Any]) -> ImageBlock:
     return ImageBlock("", "", url if isinstance(url, str) else None)
 
 
-def _content_blocks(content: Any) -> tuple[Block, ...]:
+def _content_blocks(content: Any, role: str | None = None) -> tuple[Block, ...]:
     if isinstance(content, str):
         return (TextBlock(content),)
     blocks: list[Block] = []
@@ -63,10 +69,10 @@ def _content_blocks(content: Any) -> tuple[Block, ...]:
             blocks.append(TextBlock(block["text"]))
         elif kind in ("image", "image_url"):
             blocks.append(_image(block))
-        elif isinstance(block, dict) and is_private_part(block):
+        elif isinstance(block, dict) and is_private_part(block, role):
             blocks.append(HiddenBlock(str(kind or "unknown")))
         elif isinstance(block, dict):
-            blocks.append(TextBlock(json.dumps(block, ensure_ascii=False)))
+            blocks.append(TextBlock(public_json(block)))
     return tuple(blocks)
 
 
@@ -86,7 +92,11 @@ def _anthropic(message: dict, message_id: str, names: dict[str, str], ts: str) -
         out: list[Block] = []
         for block in blocks:
             kind = block.get("type") if isinstance(block, dict) else None
-            if kind in ("tool_use", "server_tool_use") and isinstance(block.get("id"), str):
+            if kind in SERVER_CALL_KINDS or is_server_result(block):
+                # A server tool's call and result are both in this message: a complete
+                # exchange, kept as searchable text rather than a call awaiting a result.
+                out.append(TextBlock(public_json(block)))
+            elif kind == "tool_use" and isinstance(block.get("id"), str):
                 names[block["id"]] = str(block.get("name", ""))
                 out.append(ToolCall(block["id"], str(block.get("name", "")), block.get("input")))
             elif kind == "text" and isinstance(block.get("text"), str):
@@ -117,7 +127,7 @@ def _anthropic(message: dict, message_id: str, names: dict[str, str], ts: str) -
 
 def _openai(message: dict, message_id: str, names: dict[str, str], ts: str) -> list[Message]:
     role = message.get("role")
-    blocks = _content_blocks(message.get("content") or [])
+    blocks = _content_blocks(message.get("content") or [], role)
     if role == "assistant":
         calls: list[Block] = []
         for call in message.get("tool_calls") or []:

@@ -1,0 +1,244 @@
+"""``serve`` over stdio, with an answer for every request line.
+
+The SDK's stdio transport validates each line with pydantic. A line it cannot read — a lone
+UTF-16 surrogate escape (``"\\ud800"``, a JavaScript host cutting text inside an emoji), arguments
+nested deeper than the JSON parser allows, or no JSON at all — becomes an exception that the
+server logs at debug level and otherwise drops, so the client waits forever. Two layers around
+the SDK's own transport close that gap:
+
+* :class:`_Stdin` hands the SDK one line at a time and remembers it. A line with a lone
+  surrogate escape is repaired first (each lone surrogate becomes U+FFFD, as session files are
+  read), so the request is served; that costs a regex scan per line and a re-parse only for the
+  rare line that has such an escape.
+* :class:`_Answering` sits on the SDK's read stream. When the SDK reports a line it could not
+  read, it answers that line's request id (found with Python's parser, or by a scan of the
+  line's start) with a JSON-RPC error, and logs one warning line.
+* A line over ``paging.max_request_bytes`` is never given to the SDK (parsing and validating
+  it would cost several times its size): it is answered ``REQUEST_TOO_LARGE`` (a tool error
+  for ``tools/call``, else a JSON-RPC error), its id found at the line's start or end.
+
+The SDK reads the next line only after the previous item was taken from the stream, so "the
+line that failed" is always the last one :class:`_Stdin` handed out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from io import TextIOWrapper
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+from context_paging.index.jsonl import clean_text
+
+log = logging.getLogger("context_paging")
+
+# A lone surrogate escape: a high one not followed by a low one, or a low one not preceded by
+# a high one. Valid pairs (every emoji from a client writing ASCII JSON) do not match, so only
+# the rare damaged line pays for a second parse.
+_LONE_SURROGATE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+# Where a request's own id sits in a line too large to parse: first after "jsonrpc" (Python
+# clients) or last before the closing brace (TypeScript clients spread the request first).
+_HEAD_ID = re.compile(r'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"[^"\\]*")')
+_TAIL_ID = re.compile(r'"id"\s*:\s*(-?\d+|"[^"\\]*")\s*\}\s*$')
+_TOOLS_CALL = re.compile(r'"method"\s*:\s*"tools/call"')
+_EDGE = 4096
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def repair_line(line: str) -> tuple[str, bool]:
+    """The line with lone surrogates replaced by U+FFFD, and whether anything was replaced."""
+    if not _LONE_SURROGATE.search(line):
+        return line, False
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return line, False  # the SDK reports it, and _Answering answers it
+    repaired = _clean(value)
+    if repaired == value:
+        return line, False  # only valid pairs
+    return json.dumps(repaired, ensure_ascii=False) + "\n", True
+
+
+def request_id(line: str) -> tuple[bool, int | str | None]:
+    """Whether the line is a request (it has an id), and the id."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, dict):
+        ident = value.get("id")
+        if isinstance(ident, int | str) and not isinstance(ident, bool):
+            return True, ident
+        return "id" in value, None
+    # Too deep for Python's parser too, or not JSON: look for a top-level-looking id. A wrong
+    # guess only answers an id the client is not waiting for.
+    match = _ID.search(line[:4096])
+    if match is None:
+        return value is None, None
+    try:
+        return True, json.loads(match.group(1))
+    except ValueError:
+        return True, None
+
+
+@dataclass(frozen=True, slots=True)
+class Oversize:
+    """A request line over the size limit, as much as can be told without parsing it."""
+
+    size: int
+    ident: int | str | None
+    tool_call: bool
+
+
+def oversize(line: str, limit: int) -> Oversize | None:
+    """The line's facts when it is over ``limit`` bytes of UTF-8, else None."""
+    if len(line) <= limit // 4:
+        return None  # no line this short can reach the limit (4 bytes per character at most)
+    size = len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return None
+    head, tail = line[:_EDGE], line[-_EDGE:]
+    found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
+    ident = json.loads(found.group(1)) if found else None
+    return Oversize(size, ident, bool(_TOOLS_CALL.search(head) or _TOOLS_CALL.search(tail)))
+
+
+class _Stdin:
+    """The process's stdin as text lines, the last line remembered, surrogates repaired, a line
+    over the size limit withheld (the SDK gets an empty line instead, which it reports as
+    unreadable, and :class:`_Answering` answers from :attr:`oversize`)."""
+
+    def __init__(self, limit: int) -> None:
+        self._file = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8",
+                                                   errors="replace"))
+        self.limit = limit
+        self.last = ""
+        self.oversize: Oversize | None = None
+
+    def __aiter__(self) -> _Stdin:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._file.readline()
+        if not line:
+            raise StopAsyncIteration
+        self.oversize = oversize(line, self.limit)
+        if self.oversize is not None:
+            self.last = ""
+            return "\n"  # parsing it would cost many times its size; never read
+        line, repaired = repair_line(line)
+        if repaired:
+            log.warning("request held lone UTF-16 surrogates; they were replaced by U+FFFD")
+        self.last = line
+        return line
+
+
+class _Answering:
+    """The SDK's read stream, with an error reply for every line it could not read."""
+
+    def __init__(self, inner: Any, write_stream: Any, stdin: _Stdin) -> None:
+        self._inner, self._write, self._stdin = inner, write_stream, stdin
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    def __aiter__(self) -> _Answering:
+        return self
+
+    async def __anext__(self) -> Any:
+        while True:
+            item = await self._inner.__anext__()
+            if not isinstance(item, Exception):
+                return item
+            await self._answer(item)
+
+    async def _answer(self, exc: Exception) -> None:
+        if self._stdin.oversize is not None:
+            await self._refuse(self._stdin.oversize)
+            return
+        line = self._stdin.last
+        is_request, ident = request_id(line)
+        parsed = _parses(line)
+        reason = ("not a valid JSON-RPC message (nested too deeply, or a wrong field)" if parsed
+                  else "not valid JSON, or nested too deeply to read")
+        log.warning("could not read a request line (%d characters, id %r): %s; answered with "
+                    "an error", len(line), ident, reason)
+        if not is_request:
+            return  # a notification or garbage without an id: nothing to answer
+        code = types.INVALID_REQUEST if parsed else types.PARSE_ERROR
+        error = types.JSONRPCError(jsonrpc="2.0", id=ident, error=types.ErrorData(
+            code=code, message=f"request could not be read: {reason} ({str(exc)[:200]})"))
+        await self._write.send(SessionMessage(error))
+
+    async def _refuse(self, big: Oversize) -> None:
+        limit = self._stdin.limit
+        text = (f"REQUEST_TOO_LARGE: the request is {big.size:,} bytes; the limit is {limit:,} "
+                "(paging.max_request_bytes: config.toml [paging], "
+                "CONTEXT_PAGING_PAGING_MAX_REQUEST_BYTES or --set paging.max_request_bytes=N). "
+                "Send the conversation without what the model no longer needs (old images, "
+                "long outputs), or raise the limit.")
+        log.warning("refused a request line of %d bytes (id %r): over max_request_bytes %d",
+                    big.size, big.ident, limit)
+        message: types.JSONRPCResponse | types.JSONRPCError
+        if big.tool_call and big.ident is not None:
+            result = types.CallToolResult(is_error=True,
+                                          content=[types.TextContent(type="text", text=text)])
+            message = types.JSONRPCResponse(jsonrpc="2.0", id=big.ident,
+                                            result=result.model_dump(by_alias=True,
+                                                                     exclude_none=True))
+        else:
+            message = types.JSONRPCError(jsonrpc="2.0", id=big.ident, error=types.ErrorData(
+                code=types.INVALID_REQUEST, message=text))
+        await self._write.send(SessionMessage(message))
+
+    async def __aenter__(self) -> _Answering:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+async def serve_stdio(server: MCPServer, max_request_bytes: int) -> None:
+    """Run ``server`` on stdin/stdout (what ``MCPServer.run()`` does, with the layers above)."""
+    stdin = _Stdin(max_request_bytes)
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
+        lowlevel = server._lowlevel_server  # the SDK's own run_stdio_async does the same
+        await lowlevel.run(_Answering(read_stream, write_stream, stdin), write_stream,
+                           lowlevel.create_initialization_options())
