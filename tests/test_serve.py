@@ -16,11 +16,11 @@ import time
 
 import anyio
 import pytest
-from mcp import Client
-
-from context_paging.server import cli
+from context_paging.server import cli, transport
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import RECOVERY_TOOLS, MCPServer, create_server
+from mcp import Client
+
 from tests.conftest import PROJECT
 from tests.test_stdio import console_script
 
@@ -119,7 +119,11 @@ async def test_the_config_file_can_ask_for_the_recovery_tools(tmp_path):
 
 def test_serve_passes_its_tools_flag_to_the_server(tmp_path, monkeypatch):
     served = []
-    monkeypatch.setattr(MCPServer, "run", lambda self, *a, **k: served.append(self))
+
+    async def serve_stdio(server, limit):  # stands in for the stdio loop: keep the server
+        served.append(server)
+
+    monkeypatch.setattr(transport, "serve_stdio", serve_stdio)
     monkeypatch.setattr(cli, "_stop_on_interrupt", lambda *a: None)  # keep pytest's own SIGINT
     assert cli.main(["--home", str(tmp_path), "serve", "--tools", "recovery"]) == 0
     assert anyio.run(listed, served[0]) == RECOVERY_TOOLS
