@@ -179,6 +179,20 @@ class LedgerSession:
             current = self.records[current].get("parent")
         return out[::-1]
 
+    def path_to(self, message_id: str) -> list[str] | None:
+        """Ids from the first message to ``message_id``, or None if it is not stored here."""
+        out: list[str] = []
+        seen: set[str] = set()
+        current: str | None = message_id
+        while current is not None:
+            record = self.records.get(current)
+            if record is None or current in seen:
+                return None
+            seen.add(current)
+            out.append(current)
+            current = record.get("parent")
+        return out[::-1]
+
     def messages(self) -> list[Message]:
         names: dict[str, str] = {}
         out: list[Message] = []
