@@ -559,7 +559,11 @@ def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:
         limits = context_limits(budget, trim, model_window)
     except ContextSelectionError:
         return None
-    return max(limits.budget_tokens, limits.target_tokens, limits.model_limit)
+    # Without a model window the model limit is unbounded; only protected overflow compares
+    # with it, and that keeps the newest exchange, which is counted (or the call recounts).
+    finite = [v for v in (limits.budget_tokens, limits.target_tokens, limits.model_limit)
+              if math.isfinite(v)]
+    return max(finite)
 
 
 def provider_of(model: str | None) -> str | None:
