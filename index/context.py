@@ -43,7 +43,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -62,6 +62,7 @@ from context_paging.paging.distill import (
     summarize,
 )
 from context_paging.paging.distill.apply import applied, changed
+from context_paging.paging.distill.conversation import content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
 from context_paging.paging.distill.plan import Plan, latest, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
@@ -171,26 +172,34 @@ class ContextService:
         return text_chars4(text) if self.count_text is None else self.count_text(text) + 4
 
     def _view_estimates(self, views: Views, fps: Sequence[str | None],
-                        distilled: dict[int, Distilled],
-                        reach: float | None = None) -> tuple[list[float], set[int]]:
+                        distilled: dict[int, Distilled], reach: float | None = None,
+                        deferred: Collection[int] = ()) -> tuple[list[float], set[int]]:
         """Per view: its token estimate, and the views left uncounted.
 
         Counting runs from the newest view back. With ``reach``, once the views counted so far
         add up to more than ``reach`` tokens, older views that are not in the cache are not
         counted: they get 0, a lower bound, and are returned as uncounted. The caller selects on
         these figures and falls back to counting everything if the window keeps (or an error
-        names) an uncounted view — see :meth:`select` for why that gives the same answer."""
+        names) an uncounted view — see :meth:`select` for why that gives the same answer.
+        ``deferred`` views (outputs distillation has not judged yet) are uncounted as well:
+        a decision could only make them smaller, so 0 is their lower bound too."""
         out = [0.0] * len(views.views)
         lazy: set[int] = set()
         total = 0.0
+        counting = True
         for index in range(len(views.views) - 1, -1, -1):
-            value = self._view_estimate(index, views, fps, distilled,
-                                        reach is None or total <= reach)
+            value = None if index in deferred else self._view_estimate(
+                index, views, fps, distilled, counting)
             if value is None:
                 lazy.add(index)
             else:
                 out[index] = value
                 total += value
+            # Past the reach, stop after a request: whole turns leave the window, so the turn
+            # that crosses the reach is counted to its start.
+            if reach is not None and total > reach and views.views[index].message.get(
+                    "role") == "user":
+                counting = False
         return out, lazy
 
     def _view_estimate(self, index: int, views: Views, fps: Sequence[str | None],
@@ -262,9 +271,6 @@ class ContextService:
         if not self.settings.enabled:
             return _disabled(messages) | {"last_message_id": ledger.head}
 
-        distilled = self._distill(ledger, views, ids, skip, judge or LocalJudge(),
-                                  provider_of(model))
-        dropped = {i for i, d in distilled.items() if d.message is None}
         budget = token_budget if token_budget is not None else self.settings.token_budget
         trim = trim_to_tokens if trim_to_tokens is not None else (
             self.settings.trim_to_tokens if token_budget is None else None)
@@ -272,7 +278,11 @@ class ContextService:
         # selector compares with); calibration sums every message, so it counts them all.
         reach = None if self.reference or usage is not None else _reach(budget, trim,
                                                                          model_window)
-        estimates, lazy = self._view_estimates(views, fps, distilled, reach)
+        judge = judge or LocalJudge()
+        distilled, new, deferred = self._distill(ledger, views, ids, skip, judge,
+                                                 provider_of(model), reach)
+        dropped = {i for i, d in distilled.items() if d.message is None}
+        estimates, lazy = self._view_estimates(views, fps, distilled, reach, deferred)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
         outgoing = [views.views[i].source in skip for i in range(len(views.views))]
@@ -321,9 +331,15 @@ class ContextService:
                 raise
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
+            if deferred:  # judge the outputs left unjudged too: the full pass, from scratch
+                distilled, new, _ = self._distill(ledger, views, ids, skip, judge,
+                                                  provider_of(model), None)
+                dropped = {i for i, d in distilled.items() if d.message is None}
             estimates, lazy = self._view_estimates(views, fps, distilled)
             selection = choose(estimates)
         assert selection is not None
+        if new:
+            ledger.append_decisions(new)
         recovery = selection.replacements or {}
         kept = [i for i in selection.indexes if i not in dropped]
         shown = [i for i in kept if i in distilled and i not in recovery]
@@ -391,7 +407,8 @@ class ContextService:
 
     def _plan(self, ledger: LedgerSession, entries: Sequence[tuple[str, Any]],
               provider: str | None,
-              prior: Mapping[int, dict[str, Any] | None] | None = None) -> Plan | None:
+              prior: Mapping[int, dict[str, Any] | None] | None = None,
+              reach: int = 0) -> Plan | None:
         """The pass's plan over the conversation as the window already shows it (earlier
         decisions applied: an exchange holding a distilled output is costed at its distilled
         size, so savings are never counted twice). Cached, because the sampling judge plans
@@ -400,43 +417,48 @@ class ContextService:
         decisions change (``paging.distill.apply.changed``), when the caller has it already."""
         decisions = ledger.decisions
         key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
-               provider)
+               provider, reach)
         if key in self._plans:
             self._plans.move_to_end(key)
             return self._plans[key]
         if prior is None:
             prior = changed(entries, decisions)
         plan = plan_pass(applied(entries, prior), self.settings.distill, decisions,
-                         provider=provider)
+                         provider=provider, reach=reach)
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
         return plan
 
     def _distill(self, ledger: LedgerSession, views: Views, ids: Sequence[str | None],
-                 outgoing: set[int], judge: Judge, provider: str | None) -> dict[int, Distilled]:
+                 outgoing: set[int], judge: Judge, provider: str | None,
+                 reach: float | None = None,
+                 ) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
         """This call's distillation: view index -> the view as sent (None: left out of the
-        window, part of an omitted exchange) and the decision behind it."""
+        window, part of an omitted exchange) and the decision behind it; the new decisions
+        (the caller stores them once the window is chosen); and the views of large outputs
+        left unjudged because they lie beyond ``reach`` tokens of content (chars/4)."""
         config = self.settings.distill
         if not config.enabled:
-            return {}
+            return {}, [], set()
         positions, entries = self.entries(views, ids, outgoing)
         changes = changed(entries, ledger.decisions)  # what the window already shows
+        plan = None
         try:
-            plan = self._plan(ledger, entries, provider, changes)
+            plan = self._plan(ledger, entries, provider, changes, _entry_reach(entries, reach))
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
             shown = applied(entries, changes) if new else []
             new = [self._measured(d, shown) for d in new]
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
-        if new:
-            ledger.append_decisions(new)
-            if any(d.edits for d in new):
-                changes = changed(entries, ledger.decisions)
+        deferred = {positions[p] for p in plan.deferred} if plan is not None else set()
+        decisions = [*ledger.decisions, *new]
+        if any(d.edits for d in new):
+            changes = changed(entries, decisions)
         if not changes:
-            return {}
-        in_force = {t: d for t, d in latest(ledger.decisions).items() if d.edits}
+            return {}, new, deferred
+        in_force = {t: d for t, d in latest(decisions).items() if d.edits}
         by_view = {positions[p]: message for p, message in changes.items()}
         result: dict[int, Distilled] = {}
         owner: Decision | None = None
@@ -455,7 +477,7 @@ class ContextService:
             if decision.action == "omit_exchange":
                 owner = decision
             result[index] = Distilled(dict(message), decision)
-        return result
+        return result, new, deferred
 
     def _measured(self, decision: Decision, entries: Sequence[tuple[str, Any]]) -> Decision:
         """The decision with the tokens it saves, counted with this server's tokenizer."""
@@ -549,6 +571,20 @@ class Distilled:
                     "recall": exchange_recall(d.target)}
         return {"tool_call_id": d.target, "action": d.action, "judge": d.judge, **saved,
                 "recall": output_recall(d.target)}
+
+
+def _entry_reach(entries: Sequence[tuple[str, Any]], reach: float | None) -> int:
+    """The first entry distillation judges: where the newest entries' content reaches twice
+    ``reach`` tokens at characters/4 (cheap; a margin, not a bound — the caller checks that the
+    window kept nothing older and redoes the pass in full otherwise). 0: judge everything."""
+    if reach is None:
+        return 0
+    total = 0.0
+    for position in range(len(entries) - 1, -1, -1):
+        total += content_chars(entries[position][1]) / 4
+        if total > 2 * reach:
+            return position
+    return 0
 
 
 def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:

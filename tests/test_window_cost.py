@@ -8,6 +8,7 @@ computation does: ``ContextService.reference = True`` counts every message befor
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,13 +79,17 @@ def test_window_proportional_counting_answers_as_the_full_computation(
     messages = conversation(sizes, answers[: len(sizes)])
     if tail == "user":
         messages.append({"role": "user", "content": "summarize"})
-    fast = service(tmp_path_factory.mktemp("fast"), reference=False, budget=budget)
-    full = service(tmp_path_factory.mktemp("full"), reference=True, budget=budget)
+    home = tmp_path_factory.mktemp("fast")
+    fast = service(home, reference=False, budget=budget)
     for grow, change_model in steps:
         upto = min(len(messages), max(1, len(messages) - 3 * 12 + grow * 3))
         args = {"messages": messages[:upto], "fmt": "pi", "system": "sys",
                 "model_window": window, "token_budget": budget, "trim_to_tokens": trim,
                 "model": "a/b" if change_model else "a/c"}
+        # The full computation from the very same stored state (ledger, decisions, cut).
+        copy = tmp_path_factory.mktemp("full")
+        shutil.copytree(home, copy, dirs_exist_ok=True)
+        full = service(copy, reference=True, budget=budget)
         assert outcome(fast, **args) == outcome(full, **args)
 
 
@@ -154,3 +159,15 @@ def test_json_types_are_not_confused_by_python_equality():
     assert same({"a": [1, "x", None]}, {"a": [1, "x", None]})
     memo = FingerprintMemo()
     assert memo.fingerprints("s", [{"n": 1}], ()) != memo.fingerprints("s", [{"n": 1.0}], ())
+
+
+def test_outputs_beyond_the_windows_reach_are_left_unjudged(tmp_path):
+    """One long run (a mid-run checkpoint): old outputs the window cannot hold get no decision
+    now, and the window is the one the full pass gives."""
+    messages = conversation([300] * 30, [False] * 30)
+    fast, full = service(tmp_path / "a", False, 12_000), service(tmp_path / "b", True, 12_000)
+    reply = fast.select("s", messages, fmt="pi")
+    assert reply == full.select("s", messages, fmt="pi")
+    judged, everything = fast.ledger.session("s").decisions, full.ledger.session("s").decisions
+    assert 0 < len(judged) < len(everything) / 2
+    assert {d.target for d in judged} <= {d.target for d in everything}
