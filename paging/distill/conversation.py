@@ -269,10 +269,14 @@ def superseded_by(
 
 
 def later_calls_for(
-    turn: int, calls: Sequence[Call], limit: int = LATER_CALLS_LIMIT
+    turn: int, calls: Sequence[Call], limit: int = LATER_CALLS_LIMIT,
+    labels: Sequence[str] | None = None,
 ) -> tuple[str, ...]:
-    """Labels of the calls made after ``turn``; a long list keeps both ends."""
-    labels = [c.label for c in calls if c.turn > turn]
+    """Labels of the calls made after ``turn``; a long list keeps both ends. ``labels``: the
+    calls' labels computed once by a caller that asks for many turns (linear, not quadratic)."""
+    if labels is None:
+        labels = [c.label for c in calls]
+    labels = [label for c, label in zip(calls, labels, strict=True) if c.turn > turn]
     if len(labels) <= limit:
         return tuple(labels)
     half = limit // 2

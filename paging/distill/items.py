@@ -98,6 +98,7 @@ def collect_outputs(
     by_id = {c.id: c for c in calls}
     excluded = {t.lower() for t in config.exclude_tools}
     items: list[OutputItem] = []
+    labels: list[str] | None = None  # built once, on the first candidate
     for i in range(start, end):
         message = messages[i]
         call = by_id.get(message.get("toolCallId")) if role(message) == "toolResult" else None
@@ -119,7 +120,9 @@ def collect_outputs(
         ):
             continue
         superseded = superseded_by(tool, call.arguments, call.turn, calls) or ""
-        later = later_calls_for(call.turn, calls)
+        if labels is None:
+            labels = [c.label for c in calls]
+        later = later_calls_for(call.turn, calls, labels=labels)
         items.append(
             OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error, superseded,
                        later)
