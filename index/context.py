@@ -252,9 +252,10 @@ class ContextService:
         judge: Judge | None = None,
         after_id: str | None = None,
     ) -> dict[str, Any]:
+        stored: list[str] = []
         if after_id is not None:
-            messages, fmt, ephemeral = expand(self.ledger.session(session), after_id,
-                                              messages, fmt, ephemeral)
+            messages, fmt, ephemeral, stored = expand(self.ledger.session(session), after_id,
+                                                      messages, fmt, ephemeral)
         if fmt == "auto":
             fmt = detect_format(messages)
         elif fmt not in FORMATS:
@@ -265,9 +266,10 @@ class ContextService:
         views = to_views(messages, fmt)  # type: ignore[arg-type]
         ledger = self.ledger.session(session)
         skip = set(ephemeral) | set(views.resident)
-        fps = self._fingerprints.fingerprints(ledger.ref, messages, skip)
+        fps = self._fingerprints.fingerprints(ledger.ref, messages, skip, stored)
         ids = chain_ids(fps)
         ledger.append(messages, ids, fmt)
+        self._fingerprints.remember(ids, fps)
         if not self.settings.enabled:
             return _disabled(messages) | {"last_message_id": ledger.head}
 
@@ -394,14 +396,15 @@ class ContextService:
         config = self.settings.distill
         if not (self.settings.enabled and config.enabled):
             return None
+        stored: list[str] = []
         if after_id is not None:
-            messages, fmt, ephemeral = expand(self.ledger.session(session), after_id,
-                                              messages, fmt, ephemeral)
+            messages, fmt, ephemeral, stored = expand(self.ledger.session(session), after_id,
+                                                      messages, fmt, ephemeral)
         fmt = detect_format(messages) if fmt == "auto" else fmt
         views = to_views(messages, fmt)  # type: ignore[arg-type]
         skip = set(ephemeral) | set(views.resident)
         ids = chain_ids(self._fingerprints.fingerprints(
-            self.ledger.session(session).ref, messages, skip))
+            self.ledger.session(session).ref, messages, skip, stored))
         _, entries = self.entries(views, ids, skip)
         return self._plan(self.ledger.session(session), entries, provider_of(model))
 

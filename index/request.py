@@ -25,6 +25,7 @@ from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
 
 SESSIONS = 16  # sessions whose last request is remembered (a request is held by reference)
+IDS = 200_000  # stored message ids whose fingerprint is remembered (for after_id requests)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -55,11 +56,24 @@ class FingerprintMemo:
 
     def __init__(self) -> None:
         self._last: OrderedDict[str, tuple[Sequence[Any], list[str | None]]] = OrderedDict()
+        self._by_id: dict[str, str] = {}  # stored message id -> its fingerprint
 
-    def fingerprints(self, session: str, messages: Sequence[Any],
-                     skip: Collection[int]) -> list[str | None]:
+    def remember(self, ids: Sequence[str | None], prints: Sequence[str | None]) -> None:
+        """Stored ids and their fingerprints, for later ``after_id`` requests."""
+        if len(self._by_id) > IDS:
+            self._by_id.clear()
+        self._by_id.update((i, p) for i, p in zip(ids, prints, strict=True)
+                           if i is not None and p is not None)
+
+    def fingerprints(self, session: str, messages: Sequence[Any], skip: Collection[int],
+                     stored: Sequence[str] = ()) -> list[str | None]:
         """``ledger.fingerprint`` of every message (None for the ``skip`` ones), reusing the
-        last request's values for its unchanged prefix."""
+        last request's values for its unchanged prefix. ``stored``: the ledger ids of the
+        first messages (an ``after_id`` request), whose fingerprints are known by id."""
+        known = [self._by_id.get(i) for i in stored]
+        if stored and None not in known:
+            return [*known, *(None if i in skip else fingerprint(m)
+                              for i, m in enumerate(messages) if i >= len(known))]
         previous, prints = self._last.get(session, ((), []))
         out: list[str | None] = []
         reused = 0  # the unchanged prefix: its snapshots are kept as they are
@@ -78,10 +92,10 @@ class FingerprintMemo:
 
 
 def expand(ledger: LedgerSession, after_id: str, messages: Sequence[Any], fmt: str,
-           ephemeral: Sequence[int]) -> tuple[list[Any], str, list[int]]:
+           ephemeral: Sequence[int]) -> tuple[list[Any], str, list[int], list[str]]:
     """The whole conversation for an ``after_id`` request: the stored messages up to and
     including ``after_id``, then ``messages``. Returns (messages, format, ephemeral indexes
-    shifted to the whole conversation)."""
+    shifted to the whole conversation, the stored ids of the first messages)."""
     path = ledger.path_to(after_id) if isinstance(after_id, str) else None
     if not path:
         raise ContextSelectionError(
@@ -102,4 +116,4 @@ def expand(ledger: LedgerSession, after_id: str, messages: Sequence[Any], fmt: s
             raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1} "
                               "(with after_id it counts from the first new message)")
     return ([*(r["message"] for r in records), *messages], stored,
-            [i + len(records) for i in ephemeral])
+            [i + len(records) for i in ephemeral], path)

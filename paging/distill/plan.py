@@ -206,7 +206,7 @@ def _plan(
     if phase == "mid-run":
         youngest = assistant_count(messages, start) - 1 - config.mid_run_min_age_turns
     large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                            youngest=youngest, skip=skip)
+                            youngest=youngest, skip=skip, reach=reach)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
     small = collect_small(messages, start, end, config, youngest=youngest, skip=skip)
@@ -238,8 +238,10 @@ def _plan(
     batches, members = _batches(phase, config, small, exchanges)
     prints = {e.index: message_fingerprint(messages[e.index]) for e in exchanges}
     prints |= {im.index: message_fingerprint(messages[im.index]) for im in images}
-    if phase == "run-end" and (exchanges or images) and config.exchange_break_even:
-        reach = 0
+    if phase == "run-end" and (exchanges or images) and config.exchange_break_even and reach:
+        reach = 0  # the gate weighs every edit: judge every output, with its full facts
+        large = [*collect_outputs(messages, start, end, config, floor=config.min_result_chars,
+                                  youngest=youngest, skip=skip)] if large else []
     return Plan(phase, run_id, start, config, question,
                 tuple(_large(phase, config, item) for item in large if item.index >= reach),
                 tuple(small), tuple(exchanges), tuple(images), batches, members, prints, sizes,
