@@ -38,6 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from context_paging.index.canonical import canonical
+from context_paging.index.canonical import line as json_line
 from context_paging.index.history import HistoryItem, project
 from context_paging.index.jsonl import FileCursor, Issue, file_identity
 from context_paging.index.model import Message
@@ -64,11 +66,10 @@ def check_session_id(session: str) -> str:
 def fingerprint(message: Any) -> str:
     """Content hash of one message: canonical JSON (sorted keys, ASCII), stable across processes.
 
-    SHA-256 because it is the fastest hash here (CPU instructions): the whole conversation is
-    fingerprinted on every call, so this is select_context's largest fixed cost.
+    SHA-256 because it is the fastest hash here (CPU instructions). The canonical bytes come
+    from :func:`index.canonical.canonical` (orjson where it writes the same bytes).
     """
-    text = json.dumps(message, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+    return hashlib.sha256(canonical(message)).hexdigest()[:32]
 
 
 def chain_ids(fingerprints: Sequence[str | None]) -> list[str | None]:
@@ -159,7 +160,7 @@ class LedgerSession:
         """Append the lines under the lock. Returns True when the file held exactly what this
         session had read before them, and moves the cursor past them: a 15 MB first append is
         then not read back and parsed again (the caller has the lines already)."""
-        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+        data = b"".join(json_line(line) for line in lines)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -168,7 +169,7 @@ class LedgerSession:
                 if size and _last_byte(self.path) != b"\n":
                     _cut_partial_line(handle, self.path)
                 start = os.fstat(handle.fileno()).st_size
-                handle.write(data.encode("utf-8", "surrogatepass"))
+                handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
                 stat = os.fstat(handle.fileno())

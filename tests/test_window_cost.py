@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context_paging.index.canonical import canonical, line, plain
 from context_paging.index.context import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.index.request import FingerprintMemo, same
@@ -171,3 +172,30 @@ def test_outputs_beyond_the_windows_reach_are_left_unjudged(tmp_path):
     judged, everything = fast.ledger.session("s").decisions, full.ledger.session("s").decisions
     assert 0 < len(judged) < len(everything) / 2
     assert {d.target for d in judged} <= {d.target for d in everything}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text()
+    | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(["\x7f", "é", "\ud800"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_the_fast_canonical_form_is_byte_for_byte_the_json_modules(value):
+    """Fingerprints, and so every stored history id, must not change with the encoder."""
+    assert canonical(value) == json.dumps(value, sort_keys=True,
+                                          separators=(",", ":")).encode("ascii")
+    # A ledger line reads back as the same value (compared as JSON text: NaN is never equal).
+    assert json.dumps(json.loads(line(value))) == json.dumps(value)
+
+
+def test_the_encoder_fast_path_is_taken_for_plain_messages():
+    pytest.importorskip("orjson")
+    message = {"role": "user", "content": [{"type": "text", "text": "a\nb\t\"c\""}], "n": 3}
+    assert plain(message) and not plain({"x": 1.5}) and not plain({1: "a"})
+    assert canonical(message) == json.dumps(message, sort_keys=True,
+                                            separators=(",", ":")).encode()
