@@ -1,4 +1,4 @@
-"""JSON encodings on select_context's hot path, through orjson where the bytes come out the same.
+"""The canonical JSON of a message, through orjson where the bytes come out the same.
 
 ``bench/select_bench.py``'s workload (901 messages, 15 MiB) measured in one run: the canonical
 form of every message costs 181 ms with ``json.dumps(sort_keys=True, separators=(",", ":"))``
@@ -52,14 +52,3 @@ def canonical(value: Any) -> bytes:
             return data
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
 
-
-def line(value: Any) -> bytes:
-    """One JSON line for the ledger (UTF-8). orjson's compact form where the value is plain
-    (no floats, so no NaN it would write as null); else the json module's, lone surrogates
-    kept as before."""
-    if orjson is not None and plain(value):
-        try:
-            return orjson.dumps(value) + b"\n"
-        except TypeError:  # lone surrogates or an integer beyond 64 bits
-            pass
-    return (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.canonical import canonical
-from context_paging.index.canonical import line as json_line
 from context_paging.index.history import HistoryItem, project
 from context_paging.index.jsonl import FileCursor, Issue, file_identity
 from context_paging.index.model import Message
@@ -160,7 +159,7 @@ class LedgerSession:
         """Append the lines under the lock. Returns True when the file held exactly what this
         session had read before them, and moves the cursor past them: a 15 MB first append is
         then not read back and parsed again (the caller has the lines already)."""
-        data = b"".join(json_line(line) for line in lines)
+        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -169,7 +168,7 @@ class LedgerSession:
                 if size and _last_byte(self.path) != b"\n":
                     _cut_partial_line(handle, self.path)
                 start = os.fstat(handle.fileno()).st_size
-                handle.write(data)
+                handle.write(data.encode("utf-8", "surrogatepass"))
                 handle.flush()
                 os.fsync(handle.fileno())
                 stat = os.fstat(handle.fileno())
