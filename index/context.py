@@ -406,7 +406,12 @@ class ContextService:
         ids = chain_ids(self._fingerprints.fingerprints(
             self.ledger.session(session).ref, messages, skip, stored))
         _, entries = self.entries(views, ids, skip)
-        return self._plan(self.ledger.session(session), entries, provider_of(model))
+        # The same reach select uses with the configured limits (a call that overrides them
+        # may judge a few more or fewer outputs; an unasked segment is a timeout: kept).
+        reach = None if self.reference else _reach(self.settings.token_budget,
+                                                   self.settings.trim_to_tokens, None)
+        return self._plan(self.ledger.session(session), entries, provider_of(model),
+                          reach=_entry_reach(entries, reach))
 
     def _plan(self, ledger: LedgerSession, entries: Sequence[tuple[str, Any]],
               provider: str | None,
