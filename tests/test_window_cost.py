@@ -197,3 +197,34 @@ def test_the_encoder_fast_path_is_taken_for_plain_messages():
     assert plain(message) and not plain({"x": 1.5}) and not plain({1: "a"})
     assert canonical(message) == json.dumps(message, sort_keys=True,
                                             separators=(",", ":")).encode()
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_over_mcp_after_id_continues_and_an_unknown_one_is_a_coded_tool_error(tmp_path):
+    from mcp import Client
+
+    from context_paging.server.config import load_settings
+    from context_paging.server.mcp_server import create_server
+    from tests.conftest import ledger_home
+
+    server = create_server(load_settings(home=ledger_home(tmp_path)))
+    messages = conversation([5] * 3, [True] * 3)
+    async with Client(server) as client:
+        first = await client.call_tool("select_context", {
+            "session": "h", "messages": messages[:8], "format": "pi"})
+        last_id = first.structured_content["last_message_id"]
+        more = await client.call_tool("select_context", {
+            "session": "h", "messages": messages[8:], "after_id": last_id})
+        whole = await client.call_tool("select_context", {
+            "session": "h", "messages": messages, "format": "pi"})
+        wrong = await client.call_tool("select_context", {
+            "session": "h", "messages": messages[8:], "after_id": "m123"})
+    server.history.close()
+    assert not more.is_error and more.structured_content == whole.structured_content
+    assert more.structured_content["messages"] == messages
+    assert wrong.is_error and wrong.content[0].text.startswith("UNKNOWN_AFTER_ID")
