@@ -296,9 +296,7 @@ class ContextService:
                 cut_state = CutState.from_dict(state["cut"])
             except ValueError:
                 cut_state = None
-        keys = [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
-                + (f"~{distilled[i].key}" if i in distilled else "")
-                for i, v in enumerate(views.views)]
+        keys = _keys(views, ids, outgoing, distilled)
         calibration = calibrate(
             Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
             else None,
@@ -337,6 +335,7 @@ class ContextService:
                 distilled, new, _ = self._distill(ledger, views, ids, skip, judge,
                                                   provider_of(model), None)
                 dropped = {i for i, d in distilled.items() if d.message is None}
+                keys = _keys(views, ids, outgoing, distilled)  # (calibration is None here)
             estimates, lazy = self._view_estimates(views, fps, distilled)
             selection = choose(estimates)
         assert selection is not None
@@ -579,6 +578,14 @@ class Distilled:
                     "recall": exchange_recall(d.target)}
         return {"tool_call_id": d.target, "action": d.action, "judge": d.judge, **saved,
                 "recall": output_recall(d.target)}
+
+
+def _keys(views: Views, ids: Sequence[str | None], outgoing: Sequence[bool],
+          distilled: Mapping[int, Distilled]) -> list[str | None]:
+    """Calibration keys per view: its history id and part, and the decision applied to it."""
+    return [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
+            + (f"~{distilled[i].key}" if i in distilled else "")
+            for i, v in enumerate(views.views)]
 
 
 def _entry_reach(entries: Sequence[tuple[str, Any]], reach: float | None) -> int:

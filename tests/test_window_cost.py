@@ -228,3 +228,31 @@ async def test_over_mcp_after_id_continues_and_an_unknown_one_is_a_coded_tool_er
     assert not more.is_error and more.structured_content == whole.structured_content
     assert more.structured_content["messages"] == messages
     assert wrong.is_error and wrong.content[0].text.startswith("UNKNOWN_AFTER_ID")
+
+
+def test_a_window_that_reaches_unjudged_outputs_gets_the_full_pass(tmp_path):
+    """Text that tokenizes far sparser than characters/4 (20 characters a token) lets the
+    window reach past the outputs judged first: the call judges everything (here: every older
+    read of the same file is removed as superseded) and answers as the full computation."""
+    from bench.select_bench import turn
+
+    messages = []
+    for n in range(60):  # one long run reading the same file: the bench's shape, smaller
+        messages += turn(n, 20_000)
+        messages[-2]["content"][0]["arguments"] = {"path": "src/a.ts"}
+
+    def sparse(home: Path, reference: bool) -> ContextService:
+        svc = ContextService(Ledger(home), ContextSettings(token_budget=10_000),
+                             lambda text: len(text) // 20)
+        svc.reference, svc.spare_seconds = reference, 0.0
+        return svc
+
+    fast, full = sparse(tmp_path / "a", False), sparse(tmp_path / "b", True)
+    passes = []
+    original = fast._distill
+    fast._distill = lambda *a: passes.append(a[-1]) or original(*a)
+    assert outcome(fast, messages=messages, fmt="pi") == outcome(full, messages=messages,
+                                                                 fmt="pi")
+    assert passes == [10_000, None]  # the reach pass, then the full one
+    removed = [d for d in fast.ledger.session("s").decisions if d.action == "remove"]
+    assert len(removed) == 56 and removed == full.ledger.session("s").decisions
