@@ -65,7 +65,8 @@ def outcome(svc: ContextService, **kwargs) -> str:
 calls = st.lists(st.tuples(st.integers(1, 12), st.booleans()), min_size=1, max_size=3)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(st.integers(0, 120), min_size=2, max_size=14),
     answers=st.lists(st.booleans(), min_size=14, max_size=14),
