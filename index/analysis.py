@@ -46,8 +46,10 @@ from whoosh.util.numeric import byte_to_length, length_to_byte
 from whoosh.writing import SegmentWriter
 
 _TOKEN = regex.compile(r"\p{Script=Han}|[\p{L}\p{N}_./:-]+")
-# ASCII only: the same maximal runs, with the edge runs of . / : - left outside the group.
-_ASCII_TOKEN = re.compile(r"[./:-]*([a-z0-9_](?:[a-z0-9_./:-]*[a-z0-9_])?)")
+# ASCII only: the same maximal runs without their edge runs of . / : -, written so that nothing
+# backtracks over a long run (``tokens=128.......`` padded log lines took O(run²) with the
+# earlier ``[./:-]*([a-z0-9_](?:[a-z0-9_./:-]*[a-z0-9_])?)``: 17 s for upstream's 15 MiB bench).
+_ASCII_TOKEN = re.compile(r"[a-z0-9_]+(?:[./:-]+[a-z0-9_]+)*")
 _EDGES = "./:-"
 
 
@@ -62,6 +64,73 @@ def tokens(text: str) -> list[str]:
 def query_terms(query: str) -> list[str]:
     """The distinct tokens of a query, first occurrence first."""
     return list(dict.fromkeys(tokens(query)))
+
+
+# Compound words (issue 15). A whole token such as ``src/components/modal.tsx``,
+# ``psycopg2.errors.deadlockdetected``, ``https://paraxial.io/blog`` or a uuid is indexed whole,
+# and also as its parts (split at runs of ``. / : -``) and its *pairs*: two adjacent parts with
+# the separator between them (``components/modal``, ``modal.tsx``, ``paraxial.io``). So
+#
+# * one part (``deadlockdetected``, ``e0918a8b1ffb``) matches its term;
+# * a two-part query token (``paraxial.io``, ``modal.tsx``) is itself a pair: one term;
+# * a longer one (``components/modal.tsx``) matches the whole term, or every one of its pairs.
+#
+# Pairs keep the separator, so upstream's rule 80 holds: ``inc-pager-047`` does not find
+# ``inc/pager/047`` (specs/paging.md §9). An item holding the query whole also holds its pairs,
+# and scores for both: it ranks first. ``_`` and camelCase stay inside a part: splitting them
+# was measured (bench/search_eval.py, README "Search") and is off (SPLIT_UNDERSCORE).
+SPLIT_UNDERSCORE = False
+_SEPARATORS = re.compile(r"([./:_-]+)" if SPLIT_UNDERSCORE else r"([./:-]+)")
+
+
+def compound_terms(token: str) -> tuple[list[str], list[str]]:
+    """(parts, pairs) of a lower-case token; both empty when it is not compound. Pairs are
+    listed only for three or more parts (two parts make one pair: the token itself)."""
+    if token.isalnum():
+        return [], []
+    pieces = _SEPARATORS.split(token)
+    if len(pieces) < 3 or not pieces[0] or not pieces[-1]:
+        return [], []
+    words = pieces[0::2]
+    if len(words) == 2:
+        return words, []
+    pairs = [words[i] + pieces[2 * i + 1] + words[i + 1] for i in range(len(words) - 1)]
+    return words, pairs
+
+
+def term_counts(text: str) -> Counter:
+    """What an item is indexed under: its tokens, and the parts and pairs of compound ones."""
+    counts = Counter(tokens(text))
+    for token, n in list(counts.items()):
+        if not token.isalnum():
+            words, pairs = compound_terms(token)
+            for term in (*words, *pairs):
+                counts[term] += n
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class QueryToken:
+    """One distinct query token: it matches its whole term, or all of its ``pairs``."""
+
+    whole: str
+    pairs: tuple[str, ...] = ()
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        return (self.whole, *self.pairs)
+
+
+def query_tokens(query: str) -> list[QueryToken]:
+    """The distinct tokens of a query with their pairs, first occurrence first."""
+    return [QueryToken(t, tuple(dict.fromkeys(compound_terms(t)[1]))) for t in query_terms(query)]
+
+
+def token_query(token: QueryToken, field: str = "text") -> Query:
+    whole = Term(field, token.whole)
+    if not token.pairs:
+        return whole
+    return Or([whole, And([Term(field, p) for p in token.pairs])])
 
 
 def encode(value: str | bytes) -> bytes:
@@ -93,7 +162,7 @@ class SearchText(FieldType):
         self.format = formats.Frequency()
 
     def index(self, value: str | Counter, **kwargs: object) -> list[tuple]:
-        counts = value if isinstance(value, Counter) else Counter(tokens(value))
+        counts = value if isinstance(value, Counter) else term_counts(value)
         return [(encode(t), n, float(n), pack_uint(n)) for t, n in counts.items()]
 
     def process_text(self, qstring: str, mode: str = "", **kwargs: object) -> Iterable[str]:

@@ -225,21 +225,21 @@ class History:
         limit: int = 5,
         load: bool = False,
         progress: Progress | None = None,
+        directory: str | None = None,
     ) -> SearchReply:
-        ref = self.resolve_default(session)
-        canonical, cwd, _, _ = self._open(ref)
         if scope == "session":
+            canonical, _, _, _ = self._open(self.resolve_default(session))
             if progress:
                 progress(0, 1, f"indexing {canonical}")
             self.ensure_indexed(canonical)
             sessions, project = [canonical], None
         else:
+            # Searching everything needs no session; a project needs a directory: the one
+            # given, else the session's, else this process's (issue 15).
+            if scope == "project" and not directory:
+                directory = self._project_of(session)
             self.index_all(progress)
-            sessions, project = None, (cwd or None) if scope == "project" else None
-            if scope == "project" and not cwd:
-                raise NavigatorError(
-                    "NO_PROJECT", f"{canonical} has no working directory; use scope 'all'"
-                )
+            sessions, project = None, directory if scope == "project" else None
         hits = self.store.search(
             query, sessions=sessions, project=project, files=files, tools=tools,
             failed=failed, limit=limit,
@@ -258,6 +258,18 @@ class History:
             ]
             unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
         return SearchReply(references, items, unloaded, note, len(sessions or []))
+
+    def _project_of(self, session: str | None) -> str:
+        """The working directory of the given (or current) session, else the process's."""
+        ref = session or self.current_session
+        if not ref:
+            return os.getcwd()
+        canonical, cwd, _, _ = self._open(ref)
+        if not cwd:
+            raise NavigatorError(
+                "NO_PROJECT", f"{canonical} has no working directory; use scope 'all'"
+            )
+        return cwd
 
     def browse(self, session: str | None, **kwargs: Any) -> tuple[list[dict[str, Any]], str | None]:
         return compact_references(self.navigator(session).browse(**kwargs))

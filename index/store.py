@@ -67,10 +67,11 @@ from context_paging.index.analysis import (
     filter_query,
     merge_tiers,
     project_path,
-    query_terms,
+    query_tokens,
     segment_frequency,
     segment_totals,
-    tokens,
+    term_counts,
+    token_query,
 )
 from context_paging.index.history import HistoryItem, search_text
 
@@ -207,7 +208,7 @@ def _fields(doc: IndexDoc) -> dict[str, Any]:
         "sequence": doc.sequence,
     }
     if not doc.hidden:
-        counts = Counter(tokens(doc.text))
+        counts = term_counts(doc.text)
         fields.update(
             text=counts,
             length=sum(counts.values()),
@@ -263,10 +264,11 @@ class SearchIndex:
                     q, limit=limit, sortedby=["session", "sequence"], scored=False
                 )
                 return [_hit(searcher, hit.docnum, 0.0) for hit in found]
-        terms = query_terms(query)
-        if not terms:
+        wanted = query_tokens(query)
+        if not wanted:
             return []
-        q: Query = Or([Term("text", t) for t in terms])
+        terms = list(dict.fromkeys(t for token in wanted for t in token.terms))
+        q: Query = Or([token_query(token) for token in wanted])
         if restrict is not None:  # intersected while matching, scored by the terms alone
             q = Require(q, restrict)
         # Whoosh's block skipping trips an assertion in Require's matcher, and its matcher

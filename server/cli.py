@@ -73,7 +73,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
         reply = history.search(
             args.query, args.session, args.scope, args.file or (), args.tool or (),
-            args.failed, args.limit, progress=_progress_bar(),
+            args.failed, args.limit, progress=_progress_bar(), directory=args.project,
         )
     finally:
         history.close()
@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--session", help="session reference (default: this directory's newest)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session")
+    search.add_argument("--project", help="with --scope project: this directory "
+                        "(default: the session's, else the current directory)")
     search.add_argument("--file", action="append", help="only turns that touched this path")
     search.add_argument("--tool", action="append", help="only turns that called this tool")
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None)
