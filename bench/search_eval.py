@@ -138,7 +138,13 @@ def main() -> None:
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--per-kind", type=int, default=25)
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--stats", choices=("session", "index"),
+                        help="BM25 statistics of a session search (default: the code's)")
     args = parser.parse_args()
+    if args.stats:
+        import context_paging.index.store as store
+
+        store.SESSION_STATISTICS = args.stats == "session"
     import context_paging
     from context_paging.index.discovery import iter_session_files
     from context_paging.index.service import History

@@ -98,9 +98,13 @@ def compound_terms(token: str) -> tuple[list[str], list[str]]:
     return words, pairs
 
 
-def term_counts(text: str) -> Counter:
-    """What an item is indexed under: its tokens, and the parts and pairs of compound ones."""
-    counts = Counter(tokens(text))
+def term_counts(text: str | list[str]) -> Counter:
+    """What an item is indexed under: its tokens, and the parts and pairs of compound ones.
+
+    BM25's length of an item stays its number of tokens (``len(tokens(text))``, upstream's):
+    parts and pairs are extra ways in, not extra words, so a path-heavy item is not pushed down.
+    """
+    counts = Counter(tokens(text) if isinstance(text, str) else text)
     for token, n in list(counts.items()):
         if not token.isalnum():
             words, pairs = compound_terms(token)
@@ -288,11 +292,24 @@ def segment_totals(reader: IndexReader) -> tuple[int, int]:
     return len(ids), sum(lengths[i] for i in ids)
 
 
-def segment_frequency(reader: IndexReader, term: str) -> int:
-    """Live items of one segment that contain ``term``."""
+def segment_frequency(reader: IndexReader, term: str, among: frozenset[int] | None = None) -> int:
+    """Live items of one segment that contain ``term`` (and are ``among`` these, if given)."""
     if ("text", term) not in reader:
         return 0
-    return sum(1 for _ in reader.postings("text", term).all_ids())
+    ids = reader.postings("text", term).all_ids()
+    if among is not None:
+        return sum(1 for i in ids if i in among)
+    return sum(1 for _ in ids)
+
+
+def session_items(reader: IndexReader, session: str) -> tuple[frozenset[int], int]:
+    """(live visible items of ``session`` in one segment, their total exact length)."""
+    if ("role", "item") not in reader or ("session", session) not in reader:
+        return frozenset(), 0
+    visible = set(reader.postings("role", "item").all_ids())
+    ids = frozenset(i for i in reader.postings("session", session).all_ids() if i in visible)
+    lengths = reader.column_reader("length", translate=False)
+    return ids, sum(lengths[i] for i in ids)
 
 
 class Bm25(BM25F):

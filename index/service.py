@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from context_paging.index.navigator import Navigator, NavigatorError, compact_re
 from context_paging.index.recall import Recalled, find_original, recall_text
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
-from context_paging.index.store import SearchIndex, SyncResult, doc_for
+from context_paging.index.scan import scan_search
+from context_paging.index.store import Hit, SearchIndex, SyncResult, doc_for
 from context_paging.paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")
@@ -62,6 +64,8 @@ class History:
         self._context_settings = context_settings or ContextSettings()
         self._count_text = count_text
         self._context: ContextService | None = None
+        self._syncing: dict[str, threading.Thread] = {}
+        self._lengths: dict[str, dict[str, int]] = {}  # per session: token counts by fingerprint
 
     @property
     def context(self) -> ContextService:
@@ -92,6 +96,7 @@ class History:
         return self._store
 
     def close(self) -> None:
+        self.wait_for_index()  # nothing started is left half done (the CLI exits next)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -178,6 +183,30 @@ class History:
             return None
         return self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
 
+    def _catch_up(self, canonical: str, docs: list, state: dict[str, Any]) -> None:
+        """Index one session in a background thread (one at a time per session)."""
+        running = self._syncing.get(canonical)
+        if running is not None and running.is_alive():
+            return
+
+        def sync() -> None:
+            try:
+                self.store.sync(canonical, docs, state)
+            except Exception:  # the index is derived data: the next search retries
+                log.warning("background indexing of %s failed", canonical, exc_info=True)
+            else:
+                self._lengths.pop(canonical, None)
+
+        thread = threading.Thread(target=sync, name=f"index {canonical}", daemon=True)
+        self._syncing[canonical] = thread
+        thread.start()
+
+    def wait_for_index(self) -> None:
+        """Wait until the background indexing this process started is done."""
+        for thread in list(self._syncing.values()):
+            thread.join()
+        self._syncing.clear()
+
     def index_all(self, progress: Progress | None = None) -> int:
         """Bring every session under the roots (and the ledger) into the index.
 
@@ -228,10 +257,15 @@ class History:
         directory: str | None = None,
     ) -> SearchReply:
         if scope == "session":
-            canonical, _, _, _ = self._open(self.resolve_default(session))
-            if progress:
-                progress(0, 1, f"indexing {canonical}")
-            self.ensure_indexed(canonical)
+            canonical, cwd, items, state = self._open(self.resolve_default(session))
+            if self.store.file_state(canonical) != state:
+                # Not indexed yet, or behind: answer from the parsed session now and let the
+                # index catch up in the background (issue 15: the first search is fast).
+                docs = [doc_for(canonical, cwd, i) for i in items]
+                lengths = self._lengths.setdefault(canonical, {})
+                hits = scan_search(docs, query, files, tools, failed, limit, lengths)
+                self._catch_up(canonical, docs, state)
+                return self._reply(hits, load, 1)
             sessions, project = [canonical], None
         else:
             # Searching everything needs no session; a project needs a directory: the one
@@ -244,6 +278,9 @@ class History:
             query, sessions=sessions, project=project, files=files, tools=tools,
             failed=failed, limit=limit,
         )
+        return self._reply(hits, load, len(sessions or []))
+
+    def _reply(self, hits: Sequence[Hit], load: bool, searched: int) -> SearchReply:
         references = []
         for hit in hits:
             reference = self.navigator(hit.session).reference_for(hit.history_id)
@@ -257,7 +294,7 @@ class History:
                 for r in references[:LOADED_BY_SEARCH]
             ]
             unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
-        return SearchReply(references, items, unloaded, note, len(sessions or []))
+        return SearchReply(references, items, unloaded, note, searched)
 
     def _project_of(self, session: str | None) -> str:
         """The working directory of the given (or current) session, else the process's."""

@@ -70,7 +70,9 @@ from context_paging.index.analysis import (
     query_tokens,
     segment_frequency,
     segment_totals,
+    session_items,
     term_counts,
+    tokens,
     token_query,
 )
 from context_paging.index.history import HistoryItem, search_text
@@ -87,6 +89,10 @@ COMPOUND = True  # one file per segment: fewer open files (compound=False measur
 # sync_many commits after this many written items, so the pool never spills (20,000 items: 772
 # docs/s in 4 commits, 423 in one), or after this many seconds of holding the writer lock.
 BATCH_DOCS = 5_000
+# BM25 statistics of a one-session search: that session's items (upstream's choice, and what
+# the in-memory first search of index.scan computes), or every indexed item (False). Measured
+# with bench/search_eval.py; see README "Search".
+SESSION_STATISTICS = True
 BATCH_SECONDS = 10.0
 _TOC_TEMP = re.compile(rf"^_{INDEX_NAME}_\d+\.toc\.")
 
@@ -208,10 +214,10 @@ def _fields(doc: IndexDoc) -> dict[str, Any]:
         "sequence": doc.sequence,
     }
     if not doc.hidden:
-        counts = term_counts(doc.text)
+        words = tokens(doc.text)
         fields.update(
-            text=counts,
-            length=sum(counts.values()),
+            text=term_counts(words),
+            length=len(words),
             tools=list(doc.tools),
             files=list(doc.files),
             failed="true" if doc.failed else "false",
@@ -231,7 +237,8 @@ class SearchIndex:
         self._generation = -1
         self._leaves: dict[tuple[str, int], SegmentReader] = {}
         self._totals: dict[tuple[str, int], tuple[int, int]] = {}  # per segment, see _corpus
-        self._frequencies: dict[tuple[tuple[str, int], str], int] = {}
+        self._frequencies: dict[tuple, int] = {}  # (segment, term) or (segment, session, term)
+        self._session_totals: dict[tuple[tuple[str, int], str], tuple[frozenset[int], int]] = {}
         self._ix = self._open()
 
     # --- queries --------------------------------------------------------------------------
@@ -276,7 +283,10 @@ class SearchIndex:
         unfiltered = restrict is None
         collector = RankCollector(limit, usequality=unfiltered, replace=10 if unfiltered else 0)
         with self._reading() as searcher:
-            weighting = Bm25(self._corpus(terms))
+            per_session = SESSION_STATISTICS and sessions is not None and len(sessions) == 1
+            corpus = self._session_corpus(next(iter(sessions)), terms) if per_session else \
+                self._corpus(terms)
+            weighting = Bm25(corpus)
             searcher.search_with_collector(q, collector, searcher.context(weighting=weighting))
             return [_hit(searcher, hit.docnum, hit.score) for hit in collector.results()]
 
@@ -293,6 +303,21 @@ class SearchIndex:
                 if (key, term) not in self._frequencies:
                     self._frequencies[key, term] = segment_frequency(reader, term)
                 frequencies[encode(term)] += self._frequencies[key, term]
+        return Corpus(items, total / items if items else 0.0, frequencies)
+
+    def _session_corpus(self, session: str, terms: list[str]) -> Corpus:
+        """BM25 statistics over one session's visible items (upstream's), kept per segment."""
+        items = total = 0
+        frequencies = dict.fromkeys((encode(t) for t in terms), 0)
+        for key, reader in self._leaves.items():
+            if (key, session) not in self._session_totals:
+                self._session_totals[key, session] = session_items(reader, session)
+            ids, length = self._session_totals[key, session]
+            items, total = items + len(ids), total + length
+            for term in terms:
+                if (key, session, term) not in self._frequencies:
+                    self._frequencies[key, session, term] = segment_frequency(reader, term, ids)
+                frequencies[encode(term)] += self._frequencies[key, session, term]
         return Corpus(items, total / items if items else 0.0, frequencies)
 
     def file_state(self, session: str) -> dict | None:
@@ -478,6 +503,7 @@ class SearchIndex:
         self._leaves = leaves
         self._totals = {k: v for k, v in self._totals.items() if k in leaves}
         self._frequencies = {k: v for k, v in self._frequencies.items() if k[0] in leaves}
+        self._session_totals = {k: v for k, v in self._session_totals.items() if k[0] in leaves}
         readers = list(leaves.values())
         reader = MultiReader(readers, generation) if readers else EmptyReader(SCHEMA)
         return Searcher(reader, closereader=False)
