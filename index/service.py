@@ -54,7 +54,7 @@ class History:
         context_settings: ContextSettings | None = None,
         count_text: Callable[[], Callable[[str], int] | None] | None = None,
     ) -> None:
-        self.catalog = Catalog(roots)
+        self.catalog = Catalog(roots, cache=home / "catalog.json")
         self.home = home
         self._store: SearchIndex | None = None
         self._navigators: OrderedDict[str, tuple[object, Navigator]] = OrderedDict()
@@ -261,6 +261,8 @@ class History:
             if self.store.file_state(canonical) != state:
                 # Not indexed yet, or behind: answer from the parsed session now and let the
                 # index catch up in the background (issue 15: the first search is fast).
+                if progress:
+                    progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
                 docs = [doc_for(canonical, cwd, i) for i in items]
                 lengths = self._lengths.setdefault(canonical, {})
                 hits = scan_search(docs, query, files, tools, failed, limit, lengths)

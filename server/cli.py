@@ -22,7 +22,8 @@ Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
-    summaries = Catalog(settings.roots).summaries(args.source, args.project)[: args.limit]
+    catalog = Catalog(settings.roots, cache=settings.home / "catalog.json")
+    summaries = catalog.summaries(args.source, args.project)[: args.limit]
     if not summaries:
         roots = ", ".join(f"{k}={v}" for k, v in settings.roots.items())
         print(f"No sessions found under the configured roots ({roots}).")
