@@ -8,11 +8,12 @@ touches first (only appended bytes are parsed), so search sees what was written 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import re
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,10 @@ from context_paging.index.jsonl import file_identity
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
 from context_paging.index.navigator import Navigator, NavigatorError, compact_references
 from context_paging.index.recall import Recalled, find_original, recall_text
+from context_paging.index.scan import scan_search
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
-from context_paging.index.scan import scan_search
-from context_paging.index.store import Hit, SearchIndex, SyncResult, doc_for
+from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
 from context_paging.paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")
@@ -211,34 +212,48 @@ class History:
         """Bring every session under the roots (and the ledger) into the index.
 
         Files whose size, mtime, inode and first line match what the index stored are skipped
-        without being opened, so an up-to-date index costs one stat per file. The rest are
-        written through ``sync_many``, which shares commits across sessions.
+        without being opened, so an up-to-date index costs one stat per file. The rest are read
+        and analyzed by one worker process per core (:func:`prepare_file`) while this process
+        writes them through ``sync_many``, which shares commits across sessions.
         """
-        refs: list[str | SessionFileRef] = list(iter_session_files(self.catalog.roots))
-        refs += self.ledger.sessions()
         stored = self.store.indexed_sessions()
+        files: list[SessionFileRef] = []
+        for found in iter_session_files(self.catalog.roots):
+            try:
+                if stored.get(found.ref) == file_identity(str(found.path)):
+                    continue
+            except OSError as exc:
+                log.warning("not indexed: %s: %s", found.ref, exc)
+                continue
+            files.append(found)
+        ledgers = self.ledger.sessions()
+        total = len(files) + len(ledgers)
+
+        def prepared():
+            yield from prepare_files(files)
+            for ref in ledgers:
+                try:
+                    canonical, cwd, items, state = self._open(ref)
+                except (SessionRefError, OSError) as exc:
+                    yield ref, str(exc)
+                    continue
+                yield ref, (canonical, [doc_for(canonical, cwd, i) for i in items], state)
 
         def batches():
-            for done, ref in enumerate(refs):
+            for done, (ref, value) in enumerate(prepared()):
                 name = getattr(ref, "ref", ref)
                 if progress:
-                    progress(done, len(refs), f"indexing {name}")
-                try:
-                    if isinstance(ref, SessionFileRef):
-                        if stored.get(ref.ref) == file_identity(str(ref.path)):
-                            continue
-                        canonical, cwd, items, state = self._open_file(ref)
-                    else:
-                        canonical, cwd, items, state = self._open(ref)
-                except (SessionRefError, OSError) as exc:
-                    log.warning("not indexed: %s: %s", name, exc)
+                    progress(done, total, f"indexing {name}")
+                if isinstance(value, str):
+                    log.warning("not indexed: %s: %s", name, value)
                     continue
+                canonical, docs, state = value
                 if stored.get(canonical) != state:
-                    yield canonical, [doc_for(canonical, cwd, i) for i in items], state
+                    yield canonical, docs, state
 
         results = self.store.sync_many(batches())
         if progress:
-            progress(len(refs), len(refs), "index up to date")
+            progress(total, total, "index up to date")
         return sum(1 for r in results.values() if r.added or r.updated or r.removed)
 
     # --- the recovery operations ----------------------------------------------------------
@@ -331,6 +346,45 @@ class History:
         items = self.navigator(session).raw
         text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
+
+
+PARALLEL_FROM = 2  # stale files before index_all reads them in worker processes
+
+
+def prepare_file(found: SessionFileRef) -> tuple[str, list[IndexDoc], dict[str, Any]] | str:
+    """One session file read and analyzed, ready to write (or why it could not be read)."""
+    try:
+        session = Catalog({}, keep_open=0).open(found)
+        cwd, items = session.info.cwd or "", session.projection.items
+        docs = [analyzed(doc_for(found.ref, cwd, item)) for item in items]
+        return found.ref, docs, _file_state(session)
+    except (OSError, UnknownFormat) as exc:
+        return str(exc)
+
+
+def prepare_files(files: Sequence[SessionFileRef]) -> Iterator[tuple[SessionFileRef, Any]]:
+    """(file, prepare_file(file)) in order; one worker process per core when there are several
+    files, at most two files per worker ahead of the caller (whose writer is the slower side:
+    results must not pile up in memory)."""
+    workers = min(os.cpu_count() or 1, len(files))
+    if len(files) < PARALLEL_FROM or workers < 2:
+        for found in files:
+            yield found, prepare_file(found)
+        return
+    method = "fork" if threading.active_count() == 1 else "spawn"  # fork is unsafe with threads
+    with multiprocessing.get_context(method).Pool(workers) as pool:
+        pending: deque = deque()
+        queue = iter(files)
+        for found in queue:
+            pending.append((found, pool.apply_async(prepare_file, (found,))))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            found, result = pending.popleft()
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.append((nxt, pool.apply_async(prepare_file, (nxt,))))
+            yield found, result.get()
 
 
 def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bool:

@@ -46,7 +46,7 @@ import warnings
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +117,26 @@ class IndexDoc:
     project: str = ""  # the session's working directory, "" if unknown
     hidden: bool = False  # a recovery-tool turn: stored, never found
     fingerprint: str = ""
+    # (term counts, length) when analyzed ahead, e.g. by a worker process of index_all
+    analysis: tuple[Counter, int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.fingerprint:
             object.__setattr__(self, "fingerprint", fingerprint(self))
+
+
+def analyze(text: str) -> tuple[Counter, int]:
+    """(what the item is indexed under, its BM25 length: its number of tokens)."""
+    words = tokens(text)
+    return term_counts(words), len(words)
+
+
+def analyzed(doc: IndexDoc) -> IndexDoc:
+    """``doc`` with its analysis done and its text dropped (the index does not store text):
+    what a worker process sends back, small and ready to write."""
+    if doc.hidden:
+        return replace(doc, text="")
+    return replace(doc, text="", analysis=analyze(doc.text))
 
 
 def fingerprint(doc: IndexDoc) -> str:
@@ -214,10 +230,10 @@ def _fields(doc: IndexDoc) -> dict[str, Any]:
         "sequence": doc.sequence,
     }
     if not doc.hidden:
-        words = tokens(doc.text)
+        counts, length = doc.analysis or analyze(doc.text)
         fields.update(
-            text=term_counts(words),
-            length=len(words),
+            text=counts,
+            length=length,
             tools=list(doc.tools),
             files=list(doc.files),
             failed="true" if doc.failed else "false",

@@ -109,9 +109,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _progress_bar():
-    """A one-line progress bar on stderr (a terminal only; nothing when piped)."""
+    """A one-line progress bar on stderr; when stderr is not a terminal, a plain line every
+    5 seconds (a long ``index --all`` is never silent)."""
     if not sys.stderr.isatty():
-        return None
+        return _progress_lines()
 
     def show(done: float, total: float | None, message: str) -> None:
         if not total:
@@ -123,6 +124,20 @@ def _progress_bar():
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()
+
+    return show
+
+
+def _progress_lines(every: float = 5.0):
+    import time
+
+    last = [time.monotonic()]
+
+    def show(done: float, total: float | None, message: str) -> None:
+        now = time.monotonic()
+        if total and (now - last[0] >= every or done >= total):
+            last[0] = now
+            print(f"context-paging: {int(done)}/{int(total)} {message}", file=sys.stderr)
 
     return show
 
