@@ -15,8 +15,8 @@ model turn the bench takes what a model might later type to find that turn:
 * ``error``     a whole error line (``...Error:``, ``Traceback``, ``No such file`` ...).
 
 The query's truth is the one turn whose search text holds the query (case-insensitively, not
-inside a longer word); queries that occur in two or more items are dropped, so a miss is a
-miss. Mining uses its own regular expressions, not the project's tokenizer, so the same query
+inside a longer word, edge punctuation aside); queries that occur in two or more items are
+dropped, so a miss is a miss. Mining uses its own regular expressions, not the project's tokenizer, so the same query
 set measures any tokenizer. It reads sessions only through ``History`` (``navigator().raw``,
 ``search``), which the base commit also has: run the same file against the base to get the
 "before" column (``PYTHONPATH=<base export> python bench/search_eval.py``).
@@ -122,7 +122,9 @@ def queries_for(items, per_kind: int) -> list[tuple[str, str, str]]:
     for kind in KINDS:
         unique = []
         for query, owner in picked[kind].items():
-            pattern = _bounded(query)
+            # the truth is what the query says: an error line's trailing comma or brace is not
+            # part of it (another turn holding the same line is an equally good answer)
+            pattern = _bounded(re.sub(r"^\W+|\W+$", "", query) or query)
             holders = [h for h, text in texts if pattern.search(text)]
             if holders == [owner]:
                 unique.append((kind, query, owner))

@@ -12,7 +12,8 @@ the occurrences the index would count: a term of one or two words (``needle``, `
 is found wherever it stands between non-word characters, which is exactly where it is a token, a
 part or a pair (index.analysis); a longer compound only as a whole token. Items whose text is
 not ASCII are analyzed in full (the Unicode rules, Han characters, are not worth repeating).
-BM25 also needs every item's length in tokens, which one C-level ``findall`` per item gives;
+BM25 also needs every item's length in tokens, which :func:`index.analysis.token_count` gives
+without building them;
 those are kept per item fingerprint, so a repeated search while the index is still catching up
 does not count again.
 """
@@ -20,14 +21,13 @@ does not count again.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, MutableMapping, Sequence
 
 from context_paging.index.analysis import (
-    _ASCII_TOKEN,
     compound_terms,
     query_tokens,
     term_counts,
+    token_count,
     tokens,
 )
 from context_paging.index.store import Hit, IndexDoc
@@ -38,9 +38,45 @@ K1, B = 1.2, 0.75
 def _counter(term: str):
     """A function counting ``term``'s occurrences (as the index counts them) in ASCII text."""
     if len(compound_terms(term)[0]) > 2:  # three or more words: only ever a whole token
-        return lambda lowered: sum(1 for t in tokens(lowered) if t == term)
-    pattern = re.compile(r"(?<![a-z0-9_])" + re.escape(term) + r"(?![a-z0-9_])")
-    return lambda lowered: len(pattern.findall(lowered))
+        return lambda lowered: _whole_count(lowered, term)
+    return lambda lowered: _bounded_count(lowered, term)
+
+
+_SEPARATOR = frozenset("./:-")
+
+
+def _whole_count(lowered: str, term: str) -> int:
+    """Occurrences of ``term`` as a whole token: the run of token characters around it is the
+    term with at most separators at its edges (which the tokenizer strips)."""
+    count, start, size = 0, lowered.find(term), len(term)
+    while start >= 0:
+        before, after = start - 1, start + size
+        while before >= 0 and lowered[before] in _SEPARATOR:
+            before -= 1
+        while after < len(lowered) and lowered[after] in _SEPARATOR:
+            after += 1
+        if (before < 0 or lowered[before] not in _WORD) and \
+                (after == len(lowered) or lowered[after] not in _WORD):
+            count += 1
+        start = lowered.find(term, start + size)
+    return count
+
+
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _bounded_count(lowered: str, term: str) -> int:
+    """Occurrences of ``term`` between non-word characters, overlapping ones included (the
+    pairs of ``a.a.a`` are ``a.a`` twice). ``str.find`` is a fast literal search; a regex
+    with a look-behind is not."""
+    count, start, size = 0, lowered.find(term), len(term)
+    while start >= 0:
+        end = start + size
+        if (start == 0 or lowered[start - 1] not in _WORD) and \
+                (end == len(lowered) or lowered[end] not in _WORD):
+            count += 1
+        start = lowered.find(term, start + 1)
+    return count
 
 
 def scan_search(
@@ -77,10 +113,14 @@ def scan_search(
         ascii_text = lowered.isascii()
         length = lengths.get(doc.fingerprint)
         if length is None:
-            length = len(_ASCII_TOKEN.findall(lowered)) if ascii_text else len(tokens(doc.text))
+            length = token_count(lowered) if ascii_text else len(tokens(doc.text))
             lengths[doc.fingerprint] = length
         total += length
-        full = None if ascii_text else term_counts(doc.text)
+        full = None
+        if not ascii_text:  # the Unicode rules: analyze it all, if it can hold a term at all
+            if not any(term in lowered for term in terms):
+                continue
+            full = term_counts(doc.text)
         for term in terms:
             if full is not None:
                 n = full.get(term, 0)

@@ -67,6 +67,7 @@ class History:
         self._context: ContextService | None = None
         self._syncing: dict[str, threading.Thread] = {}
         self._lengths: dict[str, dict[str, int]] = {}  # per session: token counts by fingerprint
+        self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
 
     @property
     def context(self) -> ContextService:
@@ -185,28 +186,38 @@ class History:
         return self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
 
     def _catch_up(self, canonical: str, docs: list, state: dict[str, Any]) -> None:
-        """Index one session in a background thread (one at a time per session)."""
+        """Index one session in the background (one at a time per session).
+
+        A large session is indexed by a child process: in a thread, Whoosh's pure-Python
+        writing would hold the GIL against the searches it is meant to leave fast.
+        """
         running = self._syncing.get(canonical)
         if running is not None and running.is_alive():
             return
+        if sum(len(d.text) for d in docs) >= CHILD_FROM_CHARS:
+            method = "fork" if threading.active_count() == 1 else "spawn"
+            worker: Any = multiprocessing.get_context(method).Process(
+                target=_index_in_child, args=(self.catalog.roots, self.home, canonical),
+                name=f"index {canonical}", daemon=False)
+        else:
+            worker = threading.Thread(target=self._sync_quietly, args=(canonical, docs, state),
+                                      name=f"index {canonical}", daemon=True)
+        self._syncing[canonical] = worker
+        worker.start()
 
-        def sync() -> None:
-            try:
-                self.store.sync(canonical, docs, state)
-            except Exception:  # the index is derived data: the next search retries
-                log.warning("background indexing of %s failed", canonical, exc_info=True)
-            else:
-                self._lengths.pop(canonical, None)
-
-        thread = threading.Thread(target=sync, name=f"index {canonical}", daemon=True)
-        self._syncing[canonical] = thread
-        thread.start()
+    def _sync_quietly(self, canonical: str, docs: list, state: dict[str, Any]) -> None:
+        try:
+            self.store.sync(canonical, docs, state)
+        except Exception:  # the index is derived data: the next search retries
+            log.warning("background indexing of %s failed", canonical, exc_info=True)
 
     def wait_for_index(self) -> None:
         """Wait until the background indexing this process started is done."""
-        for thread in list(self._syncing.values()):
-            thread.join()
+        for worker in list(self._syncing.values()):
+            worker.join()
         self._syncing.clear()
+        self._lengths.clear()
+        self._scanned.clear()
 
     def index_all(self, progress: Progress | None = None) -> int:
         """Bring every session under the roots (and the ledger) into the index.
@@ -278,7 +289,11 @@ class History:
                 # index catch up in the background (issue 15: the first search is fast).
                 if progress:
                     progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
-                docs = [doc_for(canonical, cwd, i) for i in items]
+                cached = self._scanned.get(canonical)
+                if cached is None or cached[0] is not items:  # the same parse: the same docs
+                    cached = (items, [doc_for(canonical, cwd, i) for i in items])
+                    self._scanned = {canonical: cached}  # one session's worth of memory
+                docs = cached[1]
                 lengths = self._lengths.setdefault(canonical, {})
                 hits = scan_search(docs, query, files, tools, failed, limit, lengths)
                 self._catch_up(canonical, docs, state)
@@ -346,6 +361,19 @@ class History:
         items = self.navigator(session).raw
         text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
+
+
+CHILD_FROM_CHARS = 2_000_000  # a session this large is indexed by a child process
+
+
+def _index_in_child(roots: Mapping[str, Path | None], home: Path, canonical: str) -> None:
+    history = History(roots, home)
+    try:
+        history.ensure_indexed(canonical)
+    except Exception:  # the index is derived data: the next search retries
+        log.warning("background indexing of %s failed", canonical, exc_info=True)
+    finally:
+        history.close()
 
 
 PARALLEL_FROM = 2  # stale files before index_all reads them in worker processes

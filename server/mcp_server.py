@@ -303,7 +303,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
     async def browse_history(
         direction: Annotated[Literal["backward", "forward", "around"], Field(
             description="backward: older items; forward: newer; around: both sides")],
-        history_id: Annotated[str | None, Field(max_length=ID_MAX, description="Anchor item")] = None,
+        history_id: Annotated[str | None, Field(max_length=ID_MAX,
+                                                description="Anchor item")] = None,
         sequence: Annotated[int | None, Field(ge=0, le=1_000_000, description="Anchor by "
                                               "position instead of history_id")] = None,
         count: Annotated[int, Field(ge=1, le=10)] = 5,
