@@ -21,6 +21,7 @@ does not count again.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, MutableMapping, Sequence
 
 from context_paging.index.analysis import (
@@ -109,7 +110,7 @@ def scan_search(
     tf: dict[str, dict[str, int]] = {t: {} for t in terms}
     total = 0
     for doc in visible:
-        lowered = doc.text.lower()
+        lowered = _as_ascii(doc.text.lower())
         ascii_text = lowered.isascii()
         length = lengths.get(doc.fingerprint)
         if length is None:
@@ -152,6 +153,20 @@ def scan_search(
             scored.append((-score, doc.session, doc.sequence, doc))
     scored.sort(key=lambda row: row[:3])
     return [Hit(d.session, d.history_id, d.sequence, -s) for s, _, _, d in scored[:limit]]
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _as_ascii(lowered: str) -> str:
+    """``lowered`` with its non-ASCII characters as spaces when none of them is a letter or a
+    digit (``…``, ``✓``, box drawing): they separate tokens like a space, so the tokens stay the
+    same and the fast ASCII counting applies. Otherwise ``lowered`` unchanged."""
+    if lowered.isascii():
+        return lowered
+    if any(c.isalnum() for c in set(_NON_ASCII.findall(lowered))):
+        return lowered
+    return _NON_ASCII.sub(" ", lowered)
 
 
 def _passes(doc: IndexDoc, files: Iterable[str], tools: Iterable[str], failed: bool | None) -> bool:

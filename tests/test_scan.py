@@ -14,7 +14,7 @@ from context_paging.index.store import IndexDoc, SearchIndex
 
 WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x", "a.b.c",
          "x.a.b", "inc-pager-047", "inc/pager/047", "needle.", "-needle-", "xneedle", "needlex",
-         "_io", "a_b.c", "zpager-047", "io", "a.a.a", "a.a", "请分页",
+         "_io", "a_b.c", "zpager-047", "io", "a.a.a", "a.a", "✓ needle…", "→io", "请分页",
          "Ünïcode", "hay", "hay", "hay", "tokens=128........", "b.c"]
 QUERIES = ["a.a", "needle", "paraxial.io", "a.b", "a.b.c", "inc-pager-047", "io hay", "分页", "",
            "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128"]
