@@ -14,7 +14,7 @@ part or a pair (index.analysis); a longer compound only as a whole token. Items 
 not ASCII are analyzed in full (the Unicode rules, Han characters, are not worth repeating).
 BM25 also needs every item's length in tokens, which :func:`index.analysis.token_count` gives
 without building them;
-those are kept per item fingerprint, so a repeated search while the index is still catching up
+those are kept per item and text, so a repeated search while the index is still catching up
 does not count again.
 """
 
@@ -87,7 +87,7 @@ def scan_search(
     tools: Sequence[str] = (),
     failed: bool | None = None,
     limit: int = 5,
-    lengths: MutableMapping[str, int] | None = None,
+    lengths: MutableMapping[tuple[str, int], int] | None = None,
 ) -> list[Hit]:
     """The hits :meth:`SearchIndex.search` gives for one session's ``docs`` (all of them,
     hidden ones included, as they would be synced)."""
@@ -108,14 +108,17 @@ def scan_search(
     counters = {t: _counter(t) for t in terms}
     lengths = {} if lengths is None else lengths
     tf: dict[str, dict[str, int]] = {t: {} for t in terms}
+    lengths_by_id: dict[str, int] = {}
     total = 0
     for doc in visible:
         lowered = _as_ascii(doc.text.lower())
         ascii_text = lowered.isascii()
-        length = lengths.get(doc.fingerprint)
+        key = (doc.history_id, hash(doc.text))  # documents here may carry no fingerprint
+        length = lengths.get(key)
         if length is None:
             length = token_count(lowered) if ascii_text else len(tokens(doc.text))
-            lengths[doc.fingerprint] = length
+            lengths[key] = length
+        lengths_by_id[doc.history_id] = length
         total += length
         full = None
         if not ascii_text:  # the Unicode rules: analyze it all, if it can hold a term at all
@@ -136,7 +139,7 @@ def scan_search(
     idf = {t: math.log(1 + (items - len(tf[t]) + 0.5) / (len(tf[t]) + 0.5)) for t in terms}
     scored = []
     for doc in keep:
-        length = lengths[doc.fingerprint]
+        length = lengths_by_id[doc.history_id]
         norm = K1 * (1 - B + B * length / (average or 1.0))
         score = 0.0
         matched = False

@@ -66,7 +66,7 @@ class History:
         self._count_text = count_text
         self._context: ContextService | None = None
         self._syncing: dict[str, threading.Thread] = {}
-        self._lengths: dict[str, dict[str, int]] = {}  # per session: token counts by fingerprint
+        self._lengths: dict[str, dict] = {}  # per session: token counts by item and text
         self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
 
     @property
@@ -185,7 +185,8 @@ class History:
             return None
         return self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
 
-    def _catch_up(self, canonical: str, docs: list, state: dict[str, Any]) -> None:
+    def _catch_up(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
+                  state: dict[str, Any]) -> None:
         """Index one session in the background (one at a time per session).
 
         A large session is indexed by a child process: in a thread, Whoosh's pure-Python
@@ -194,20 +195,22 @@ class History:
         running = self._syncing.get(canonical)
         if running is not None and running.is_alive():
             return
-        if sum(len(d.text) for d in docs) >= CHILD_FROM_CHARS:
+        if sum(len(d.text) for d in self._scanned[canonical][1]) >= CHILD_FROM_CHARS:
             method = "fork" if threading.active_count() == 1 else "spawn"
             worker: Any = multiprocessing.get_context(method).Process(
                 target=_index_in_child, args=(self.catalog.roots, self.home, canonical),
                 name=f"index {canonical}", daemon=False)
         else:
-            worker = threading.Thread(target=self._sync_quietly, args=(canonical, docs, state),
+            worker = threading.Thread(target=self._sync_quietly,
+                                      args=(canonical, cwd, items, state),
                                       name=f"index {canonical}", daemon=True)
         self._syncing[canonical] = worker
         worker.start()
 
-    def _sync_quietly(self, canonical: str, docs: list, state: dict[str, Any]) -> None:
+    def _sync_quietly(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
+                      state: dict[str, Any]) -> None:
         try:
-            self.store.sync(canonical, docs, state)
+            self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
         except Exception:  # the index is derived data: the next search retries
             log.warning("background indexing of %s failed", canonical, exc_info=True)
 
@@ -291,12 +294,12 @@ class History:
                     progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
                 cached = self._scanned.get(canonical)
                 if cached is None or cached[0] is not items:  # the same parse: the same docs
-                    cached = (items, [doc_for(canonical, cwd, i) for i in items])
+                    cached = (items, [doc_for(canonical, cwd, i, "-") for i in items])
                     self._scanned = {canonical: cached}  # one session's worth of memory
                 docs = cached[1]
                 lengths = self._lengths.setdefault(canonical, {})
                 hits = scan_search(docs, query, files, tools, failed, limit, lengths)
-                self._catch_up(canonical, docs, state)
+                self._catch_up(canonical, cwd, items, state)
                 return self._reply(hits, load, 1)
             sessions, project = [canonical], None
         else:

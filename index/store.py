@@ -26,9 +26,11 @@ processes syncing at once lose nothing. An index that cannot be opened or fails 
 is moved aside to ``<dir>.broken-<timestamp>`` and replaced by an empty one: the data is derived,
 and the caller re-syncs because the file states went with it.
 
-Ranking (index.analysis.Bm25, RankCollector): BM25 with upstream's idf and exact lengths,
-statistics over every live visible item of the index (upstream: the session's; measured better
-on the fixtures), ties by session then sequence, filters applied while matching.
+Ranking (index.analysis.Bm25, RankCollector): BM25 with upstream's idf and exact lengths (in
+tokens), ties by session then sequence, filters applied while matching. A search of one session
+takes that session's statistics, as upstream did (SESSION_STATISTICS; bench/search_eval.py
+measured it level with index-wide statistics on the fixtures, and it is what index.scan computes
+for a session that is not indexed yet); wider searches take every live visible item's.
 """
 
 from __future__ import annotations
@@ -147,7 +149,9 @@ def fingerprint(doc: IndexDoc) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
-def doc_for(session: str, project: str, item: HistoryItem) -> IndexDoc:
+def doc_for(session: str, project: str, item: HistoryItem, fingerprint: str = "") -> IndexDoc:
+    """The document of one item. ``fingerprint="-"`` skips the digest (a JSON dump of the
+    whole text): for a document that is only scanned in memory, never synced."""
     return IndexDoc(
         session=session,
         history_id=item.history_id,
@@ -160,6 +164,7 @@ def doc_for(session: str, project: str, item: HistoryItem) -> IndexDoc:
         failed=item.failed,
         project=project or "",
         hidden=item.is_recovery_turn,
+        fingerprint=fingerprint,
     )
 
 

@@ -274,7 +274,8 @@ def create_server(settings: Settings, history: History | None = None) -> MCPServ
         session: SessionArg = None,
         scope: Annotated[Literal["session", "project", "all"], Field(
             description="session: one session; project: every session with the same working "
-            "directory; all: every session")] = "session",
+            "directory (the session's, else the server's); all: every session (no session "
+            "needed)")] = "session",
         files: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
             max_length=10, description="Only turns that touched every one of these exact paths")
         ] = None,
