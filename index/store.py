@@ -40,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import threading
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import whoosh.util
 from whoosh.filedb.filestore import FileStorage
 from whoosh.index import TOC, EmptyIndexError, FileIndex, LockError, clean_files
 from whoosh.query import And, Or, Query, Require, Term
@@ -80,6 +82,10 @@ from context_paging.index.analysis import (
 from context_paging.index.history import HistoryItem, search_text
 
 log = logging.getLogger("context_paging")
+# Whoosh names its segment and temporary files with the global ``random`` module. Indexing runs
+# in a background thread too (index.service), where that would move the host's global random
+# state under it (a seeded host would see another sequence): Whoosh gets a generator of its own.
+whoosh.util.random = random.Random()
 
 INDEX_NAME = "cp1"  # Whoosh's index name: change it with the schema
 LOCK_POLL = 0.05  # seconds between attempts on the writer lock
