@@ -146,10 +146,17 @@ def query_tokens(query: str) -> list[QueryToken]:
     return [QueryToken(t, tuple(dict.fromkeys(compound_terms(t)[1]))) for t in query_terms(query)]
 
 
+# A query of three or more parts found whole weighs this much more than the same words found
+# as pairs of a longer path: ``tui/test/test-themes.ts`` typed out should find the turn that
+# printed exactly that before long outputs that mention ``packages/tui/test/test-themes.ts``
+# (tests/test_search_quality.py; 1.0 left two such picks in 4th place).
+WHOLE_BOOST = 2.0
+
+
 def token_query(token: QueryToken, field: str = "text") -> Query:
-    whole = Term(field, token.whole)
     if not token.pairs:
-        return whole
+        return Term(field, token.whole)
+    whole = Term(field, token.whole, boost=WHOLE_BOOST)
     return Or([whole, And([Term(field, p) for p in token.pairs])])
 
 

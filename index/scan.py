@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, MutableMapping, Sequence
 
 from context_paging.index.analysis import (
+    WHOLE_BOOST,
     compound_terms,
     query_tokens,
     term_counts,
@@ -149,7 +150,10 @@ def scan_search(
             if not whole and not pairs_all:
                 continue
             matched = True
-            for term in ((token.whole,) if whole else ()) + (token.pairs if pairs_all else ()):
+            if whole:
+                boost = WHOLE_BOOST if token.pairs else 1.0
+                score += boost * idf[token.whole] * whole * (K1 + 1) / (whole + norm)
+            for term in token.pairs if pairs_all else ():
                 n = tf[term][doc.history_id]
                 score += idf[term] * n * (K1 + 1) / (n + norm)
         if matched:
