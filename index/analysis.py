@@ -46,8 +46,10 @@ from whoosh.util.numeric import byte_to_length, length_to_byte
 from whoosh.writing import SegmentWriter
 
 _TOKEN = regex.compile(r"\p{Script=Han}|[\p{L}\p{N}_./:-]+")
-# ASCII only: the same maximal runs, with the edge runs of . / : - left outside the group.
-_ASCII_TOKEN = re.compile(r"[./:-]*([a-z0-9_](?:[a-z0-9_./:-]*[a-z0-9_])?)")
+# ASCII only: the same maximal runs without their edge runs of . / : -, written so that nothing
+# backtracks over a long run (``tokens=128.......`` padded log lines took O(run²) with the
+# earlier ``[./:-]*([a-z0-9_](?:[a-z0-9_./:-]*[a-z0-9_])?)``: 17 s for upstream's 15 MiB bench).
+_ASCII_TOKEN = re.compile(r"[a-z0-9_]+(?:[./:-]+[a-z0-9_]+)*")
 _EDGES = "./:-"
 
 
@@ -59,9 +61,103 @@ def tokens(text: str) -> list[str]:
     return [t for t in (m.strip(_EDGES) for m in _TOKEN.findall(lowered)) if t]
 
 
+# token_count: word characters become "a", separators are deleted, the rest become " ", in one
+# C pass. Deleting the separators joins each token into one run of "a"s (a run of separators
+# alone vanishes), so the tokens are the runs of "a": far faster than counting ``findall``.
+_CLASSES = bytes(
+    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) == "_") and not chr(c).isupper()
+    else ord(" ")
+    for c in range(256)
+)
+
+
+def token_count(lowered: str) -> int:
+    """``len(tokens(lowered))`` for lower-case ASCII text, without building the tokens."""
+    runs = lowered.encode("ascii").translate(_CLASSES, b"./:-")
+    return runs.count(b" a") + runs.startswith(b"a")
+
+
 def query_terms(query: str) -> list[str]:
     """The distinct tokens of a query, first occurrence first."""
     return list(dict.fromkeys(tokens(query)))
+
+
+# Compound words (issue 15). A whole token such as ``src/components/modal.tsx``,
+# ``psycopg2.errors.deadlockdetected``, ``https://paraxial.io/blog`` or a uuid is indexed whole,
+# and also as its parts (split at runs of ``. / : -``) and its *pairs*: two adjacent parts with
+# the separator between them (``components/modal``, ``modal.tsx``, ``paraxial.io``). So
+#
+# * one part (``deadlockdetected``, ``e0918a8b1ffb``) matches its term;
+# * a two-part query token (``paraxial.io``, ``modal.tsx``) is itself a pair: one term;
+# * a longer one (``components/modal.tsx``) matches the whole term, or every one of its pairs.
+#
+# Pairs keep the separator, so upstream's rule 80 holds: ``inc-pager-047`` does not find
+# ``inc/pager/047`` (specs/paging.md §9). An item holding the query whole also holds its pairs,
+# and scores for both: it ranks first. ``_`` and camelCase stay inside a part: splitting them
+# was measured (bench/search_eval.py, README "Search") and is off (SPLIT_UNDERSCORE).
+SPLIT_UNDERSCORE = False
+_SEPARATORS = re.compile(r"([./:_-]+)" if SPLIT_UNDERSCORE else r"([./:-]+)")
+
+
+def compound_terms(token: str) -> tuple[list[str], list[str]]:
+    """(parts, pairs) of a lower-case token; both empty when it is not compound. Pairs are
+    listed only for three or more parts (two parts make one pair: the token itself)."""
+    if token.isalnum():
+        return [], []
+    pieces = _SEPARATORS.split(token)
+    if len(pieces) < 3 or not pieces[0] or not pieces[-1]:
+        return [], []
+    words = pieces[0::2]
+    if len(words) == 2:
+        return words, []
+    pairs = [words[i] + pieces[2 * i + 1] + words[i + 1] for i in range(len(words) - 1)]
+    return words, pairs
+
+
+def term_counts(text: str | list[str]) -> Counter:
+    """What an item is indexed under: its tokens, and the parts and pairs of compound ones.
+
+    BM25's length of an item stays its number of tokens (``len(tokens(text))``, upstream's):
+    parts and pairs are extra ways in, not extra words, so a path-heavy item is not pushed down.
+    """
+    counts = Counter(tokens(text) if isinstance(text, str) else text)
+    for token, n in list(counts.items()):
+        if not token.isalnum():
+            words, pairs = compound_terms(token)
+            for term in (*words, *pairs):
+                counts[term] += n
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class QueryToken:
+    """One distinct query token: it matches its whole term, or all of its ``pairs``."""
+
+    whole: str
+    pairs: tuple[str, ...] = ()
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        return (self.whole, *self.pairs)
+
+
+def query_tokens(query: str) -> list[QueryToken]:
+    """The distinct tokens of a query with their pairs, first occurrence first."""
+    return [QueryToken(t, tuple(dict.fromkeys(compound_terms(t)[1]))) for t in query_terms(query)]
+
+
+# A query of three or more parts found whole weighs this much more than the same words found
+# as pairs of a longer path: ``tui/test/test-themes.ts`` typed out should find the turn that
+# printed exactly that before long outputs that mention ``packages/tui/test/test-themes.ts``
+# (tests/test_search_quality.py; 1.0 left two such picks in 4th place).
+WHOLE_BOOST = 2.0
+
+
+def token_query(token: QueryToken, field: str = "text") -> Query:
+    if not token.pairs:
+        return Term(field, token.whole)
+    whole = Term(field, token.whole, boost=WHOLE_BOOST)
+    return Or([whole, And([Term(field, p) for p in token.pairs])])
 
 
 def encode(value: str | bytes) -> bytes:
@@ -93,7 +189,7 @@ class SearchText(FieldType):
         self.format = formats.Frequency()
 
     def index(self, value: str | Counter, **kwargs: object) -> list[tuple]:
-        counts = value if isinstance(value, Counter) else Counter(tokens(value))
+        counts = value if isinstance(value, Counter) else term_counts(value)
         return [(encode(t), n, float(n), pack_uint(n)) for t, n in counts.items()]
 
     def process_text(self, qstring: str, mode: str = "", **kwargs: object) -> Iterable[str]:
@@ -219,19 +315,32 @@ def segment_totals(reader: IndexReader) -> tuple[int, int]:
     return len(ids), sum(lengths[i] for i in ids)
 
 
-def segment_frequency(reader: IndexReader, term: str) -> int:
-    """Live items of one segment that contain ``term``."""
+def segment_frequency(reader: IndexReader, term: str, among: frozenset[int] | None = None) -> int:
+    """Live items of one segment that contain ``term`` (and are ``among`` these, if given)."""
     if ("text", term) not in reader:
         return 0
-    return sum(1 for _ in reader.postings("text", term).all_ids())
+    ids = reader.postings("text", term).all_ids()
+    if among is not None:
+        return sum(1 for i in ids if i in among)
+    return sum(1 for _ in ids)
+
+
+def session_items(reader: IndexReader, session: str) -> tuple[frozenset[int], int]:
+    """(live visible items of ``session`` in one segment, their total exact length)."""
+    if ("role", "item") not in reader or ("session", session) not in reader:
+        return frozenset(), 0
+    visible = set(reader.postings("role", "item").all_ids())
+    ids = frozenset(i for i in reader.postings("session", session).all_ids() if i in visible)
+    lengths = reader.column_reader("length", translate=False)
+    return ids, sum(lengths[i] for i in ids)
 
 
 class Bm25(BM25F):
     """Okapi BM25 (k1 1.2, b 0.75) with upstream's idf ``ln(1 + (N - df + 0.5) / (df + 0.5))``
     over a :class:`Corpus` and exact lengths.
 
-    Upstream counts one session's items; here the statistics are over every indexed item
-    (live, visible). On the distinctive details that tests/test_search_quality.py picks from
+    The statistics are the session's for a one-session search (upstream's) and every indexed
+    item's (live, visible) otherwise (index.store.SESSION_STATISTICS). On the distinctive details that tests/test_search_quality.py picks from
     the fixtures as of 086db79 (222, any line mentioning an error included), the source turn
     was in the top 3 for 220 with these statistics, 217 with per-session ones, 219 with
     Whoosh's idf ``log(N / (df + 1)) + 1``; its current picks (181) all three find.

@@ -1,13 +1,18 @@
 """The sessions under the configured roots, read on demand and kept up to date incrementally.
 
 One :class:`Catalog` per process holds a :class:`~index.sessions.SessionFile` per path, so a
-session that is read twice parses only what was appended in between.
+session that is read twice parses only what was appended in between. Listings are cached in the
+home (``catalog.json``: each file's summary under its size, mtime and inode), so listing
+thousands of sessions reads only the files that changed since the last listing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import multiprocessing
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +23,8 @@ from context_paging.index.discovery import SessionFileRef, iter_session_files, r
 from context_paging.index.sessions import SessionFile, UnknownFormat
 
 log = logging.getLogger("context_paging")
+CACHE_VERSION = 1  # change with SessionSummary's fields
+PARALLEL_FROM = 32  # uncached files per extra worker process
 
 
 class SessionSummary(BaseModel):
@@ -45,10 +52,13 @@ class Catalog:
     several times the file's size in memory; indexing a large corpus must not keep them all.
     """
 
-    def __init__(self, roots: Mapping[str, Path | None], keep_open: int = 32) -> None:
+    def __init__(self, roots: Mapping[str, Path | None], keep_open: int = 32,
+                 cache: Path | None = None) -> None:
         self.roots = dict(roots)
         self.keep_open = keep_open
         self._files: OrderedDict[str, SessionFile] = OrderedDict()
+        self.cache = cache  # summaries by path and file identity, kept across runs (issue 15)
+        self._cached: dict[str, dict] | None = None
 
     def open(self, found: SessionFileRef) -> SessionFile:
         """The up-to-date SessionFile for a discovered file."""
@@ -72,17 +82,82 @@ class Catalog:
     ) -> list[SessionSummary]:
         """Every readable session, newest first. Unreadable files are logged and skipped."""
         found_all = [f for f in iter_session_files(self.roots) if source in (None, f.source)]
-        summaries = []
+        cached = self._load_cache()
+        changed = False
+        identities: dict[str, list[int]] = {}
+        stale = []
         for found in found_all:
             try:
-                summary = self.summary(found)
-            except (OSError, UnknownFormat) as exc:
+                identities[str(found.path)] = _identity(found.path)
+            except OSError as exc:
                 log.warning("skipped %s: %s", found.path, exc)
                 continue
+            entry = cached.get(str(found.path))
+            if entry is None or entry["identity"] != identities[str(found.path)]:
+                stale.append(found)
+        for found, summary in self._read_summaries(stale):  # new or changed: read them
+            if isinstance(summary, str):
+                log.warning("skipped %s: %s", found.path, summary)
+                continue
+            key = str(found.path)
+            cached[key] = {"identity": identities[key], "summary": summary.model_dump()}
+            changed = True
+        summaries = []
+        for found in found_all:
+            entry = cached.get(str(found.path))
+            if entry is None or entry["identity"] != identities.get(str(found.path)):
+                continue
+            summary = SessionSummary(**entry["summary"])
             if project is None or _in_project(summary.cwd, project):
                 summaries.append(summary)
+        if source is None:  # a full listing knows which files are gone
+            present = {str(f.path) for f in found_all}
+            for key in [k for k in cached if k not in present]:
+                del cached[key]
+                changed = True
+        if changed:
+            self._save_cache(cached)
         summaries.sort(key=lambda s: s.updated or "", reverse=True)
         return summaries
+
+    def _read_summaries(self, stale: list[SessionFileRef]):
+        """(file, summary or the reason it could not be read) for each file; many files are
+        read by one worker process per core (a cold listing of 2,000 sessions)."""
+        workers = min(os.cpu_count() or 1, len(stale) // PARALLEL_FROM)
+        if workers < 2:
+            for found in stale:
+                yield found, _summarize(found)
+            return
+        # fork is cheap, but not safe in a process with other threads (the MCP server's)
+        method = "fork" if threading.active_count() == 1 else "spawn"
+        context = multiprocessing.get_context(method)
+        with context.Pool(workers) as pool:
+            yield from zip(stale, pool.imap(_summarize, stale, chunksize=16))
+
+    def _load_cache(self) -> dict[str, dict]:
+        if self._cached is None:
+            self._cached = {}
+            if self.cache is not None:
+                try:
+                    value = json.loads(self.cache.read_text(encoding="utf-8"))
+                    if value.get("version") == CACHE_VERSION:
+                        self._cached = value["sessions"]
+                except (OSError, ValueError, KeyError, AttributeError):
+                    pass  # missing or damaged: derived data, rebuilt below
+        return self._cached
+
+    def _save_cache(self, cached: dict[str, dict]) -> None:
+        """Write the cache atomically (another process may be listing at the same time)."""
+        if self.cache is None:
+            return
+        try:
+            self.cache.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.cache.with_name(f"{self.cache.name}.{os.getpid()}.tmp")
+            temp.write_text(json.dumps({"version": CACHE_VERSION, "sessions": cached}),
+                            encoding="utf-8")
+            os.replace(temp, self.cache)
+        except OSError as exc:
+            log.warning("could not write the session catalog cache %s: %s", self.cache, exc)
 
     def summary(self, found: SessionFileRef) -> SessionSummary:
         session = self.open(found)
@@ -101,6 +176,19 @@ class Catalog:
             format=info.format,
             parent=parent,
         )
+
+
+def _summarize(found: SessionFileRef) -> SessionSummary | str:
+    try:
+        return Catalog({}, keep_open=0).summary(found)
+    except (OSError, UnknownFormat) as exc:
+        return str(exc)
+
+
+def _identity(path: Path) -> list[int]:
+    """What says a file is unchanged without reading it: size, mtime and inode."""
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
 
 
 def _in_project(cwd: str | None, project: str) -> bool:

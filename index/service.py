@@ -8,9 +8,11 @@ touches first (only appended bytes are parsed), so search sees what was written 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import re
-from collections import OrderedDict
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,9 +33,10 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.recall import Recalled, find_original, recall_text
+from context_paging.index.scan import scan_search
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
-from context_paging.index.store import SearchIndex, SyncResult, doc_for
+from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
 from context_paging.paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")
@@ -71,7 +74,7 @@ class History:
         context_settings: ContextSettings | None = None,
         count_text: Callable[[], Callable[[str], int] | None] | None = None,
     ) -> None:
-        self.catalog = Catalog(roots)
+        self.catalog = Catalog(roots, cache=home / "catalog.json")
         self.home = home
         self._store: SearchIndex | None = None
         self._navigators: OrderedDict[str, tuple[object, Navigator]] = OrderedDict()
@@ -81,6 +84,9 @@ class History:
         self._context_settings = context_settings or ContextSettings()
         self._count_text = count_text
         self._context: ContextService | None = None
+        self._syncing: dict[str, threading.Thread] = {}
+        self._lengths: dict[str, dict] = {}  # per session: token counts by item and text
+        self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
 
     @property
     def context(self) -> ContextService:
@@ -112,6 +118,7 @@ class History:
         return self._store
 
     def close(self) -> None:
+        self.wait_for_index()  # nothing started is left half done (the CLI exits next)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -200,38 +207,89 @@ class History:
             return None
         return self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
 
+    def _catch_up(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
+                  state: dict[str, Any]) -> None:
+        """Index one session in the background (one at a time per session).
+
+        A large session is indexed by a child process: in a thread, Whoosh's pure-Python
+        writing would hold the GIL against the searches it is meant to leave fast.
+        """
+        running = self._syncing.get(canonical)
+        if running is not None and running.is_alive():
+            return
+        if sum(len(d.text) for d in self._scanned[canonical][1]) >= CHILD_FROM_CHARS:
+            method = "fork" if threading.active_count() == 1 else "spawn"
+            worker: Any = multiprocessing.get_context(method).Process(
+                target=_index_in_child, args=(self.catalog.roots, self.home, canonical),
+                name=f"index {canonical}", daemon=False)
+        else:
+            worker = threading.Thread(target=self._sync_quietly,
+                                      args=(canonical, cwd, items, state),
+                                      name=f"index {canonical}", daemon=True)
+        self._syncing[canonical] = worker
+        worker.start()
+
+    def _sync_quietly(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
+                      state: dict[str, Any]) -> None:
+        try:
+            self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
+        except Exception:  # the index is derived data: the next search retries
+            log.warning("background indexing of %s failed", canonical, exc_info=True)
+
+    def wait_for_index(self) -> None:
+        """Wait until the background indexing this process started is done."""
+        for worker in list(self._syncing.values()):
+            worker.join()
+        self._syncing.clear()
+        self._lengths.clear()
+        self._scanned.clear()
+
     def index_all(self, progress: Progress | None = None) -> int:
         """Bring every session under the roots (and the ledger) into the index.
 
         Files whose size, mtime, inode and first line match what the index stored are skipped
-        without being opened, so an up-to-date index costs one stat per file. The rest are
-        written through ``sync_many``, which shares commits across sessions.
+        without being opened, so an up-to-date index costs one stat per file. The rest are read
+        and analyzed by one worker process per core (:func:`prepare_file`) while this process
+        writes them through ``sync_many``, which shares commits across sessions.
         """
-        refs: list[str | SessionFileRef] = list(iter_session_files(self.catalog.roots))
-        refs += self.ledger.sessions()
         stored = self.store.indexed_sessions()
+        files: list[SessionFileRef] = []
+        for found in iter_session_files(self.catalog.roots):
+            try:
+                if stored.get(found.ref) == file_identity(str(found.path)):
+                    continue
+            except OSError as exc:
+                log.warning("not indexed: %s: %s", found.ref, exc)
+                continue
+            files.append(found)
+        ledgers = self.ledger.sessions()
+        total = len(files) + len(ledgers)
+
+        def prepared():
+            yield from prepare_files(files)
+            for ref in ledgers:
+                try:
+                    canonical, cwd, items, state = self._open(ref)
+                except (SessionRefError, LedgerError, OSError) as exc:
+                    yield ref, str(exc)
+                    continue
+                yield ref, (canonical, [doc_for(canonical, cwd, i) for i in items], state)
 
         def batches():
-            for done, ref in enumerate(refs):
+            for done, (ref, value) in enumerate(prepared()):
                 name = getattr(ref, "ref", ref)
                 if progress:
-                    progress(done, len(refs), f"indexing {name}")
-                try:
-                    if isinstance(ref, SessionFileRef):
-                        if stored.get(ref.ref) == file_identity(str(ref.path)):
-                            continue
-                        canonical, cwd, items, state = self._open_file(ref)
-                    else:
-                        canonical, cwd, items, state = self._open(ref)
-                except (SessionRefError, LedgerError, OSError) as exc:
-                    log.warning("not indexed: %s: %s", name, exc)
+                    progress(done, total, f"indexing {name}")
+                if isinstance(value, str):
+                    log.warning("not indexed: %s: %s", name, value)
                     continue
+                canonical, docs, state = value
                 if stored.get(canonical) != state:
-                    yield canonical, [doc_for(canonical, cwd, i) for i in items], state
+                    yield canonical, docs, state
 
         results = self.store.sync_many(batches())
         if progress:
-            progress(len(refs), len(refs), "index up to date")
+            progress(total, total, "index up to date")
         return sum(1 for r in results.values() if r.added or r.updated or r.removed)
 
     # --- the recovery operations ----------------------------------------------------------
@@ -247,25 +305,39 @@ class History:
         limit: int = 5,
         load: bool = False,
         progress: Progress | None = None,
+        directory: str | None = None,
     ) -> SearchReply:
-        ref = self.resolve_default(session)
-        canonical, cwd, _, _ = self._open(ref)
         if scope == "session":
-            if progress:
-                progress(0, 1, f"indexing {canonical}")
-            self.ensure_indexed(canonical)
+            canonical, cwd, items, state = self._open(self.resolve_default(session))
+            if self.store.file_state(canonical) != state:
+                # Not indexed yet, or behind: answer from the parsed session now and let the
+                # index catch up in the background (issue 15: the first search is fast).
+                if progress:
+                    progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
+                cached = self._scanned.get(canonical)
+                if cached is None or cached[0] is not items:  # the same parse: the same docs
+                    cached = (items, [doc_for(canonical, cwd, i, "-") for i in items])
+                    self._scanned = {canonical: cached}  # one session's worth of memory
+                docs = cached[1]
+                lengths = self._lengths.setdefault(canonical, {})
+                hits = scan_search(docs, query, files, tools, failed, limit, lengths)
+                self._catch_up(canonical, cwd, items, state)
+                return self._reply(hits, load, 1)
             sessions, project = [canonical], None
         else:
+            # Searching everything needs no session; a project needs a directory: the one
+            # given, else the session's, else this process's (issue 15).
+            if scope == "project" and not directory:
+                directory = self._project_of(session)
             self.index_all(progress)
-            sessions, project = None, (cwd or None) if scope == "project" else None
-            if scope == "project" and not cwd:
-                raise NavigatorError(
-                    "NO_PROJECT", f"{canonical} has no working directory; use scope 'all'"
-                )
+            sessions, project = None, directory if scope == "project" else None
         hits = self.store.search(
             query, sessions=sessions, project=project, files=files, tools=tools,
             failed=failed, limit=limit,
         )
+        return self._reply(hits, load, len(sessions or []))
+
+    def _reply(self, hits: Sequence[Hit], load: bool, searched: int) -> SearchReply:
         references = []
         for hit in hits:
             reference = self.navigator(hit.session).reference_for(hit.history_id)
@@ -279,7 +351,19 @@ class History:
                 for r in references[:LOADED_BY_SEARCH]
             ]
             unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
-        return SearchReply(references, items, unloaded, note, len(sessions or []))
+        return SearchReply(references, items, unloaded, note, searched)
+
+    def _project_of(self, session: str | None) -> str:
+        """The working directory of the given (or current) session, else the process's."""
+        ref = session or self.current_session
+        if not ref:
+            return os.getcwd()
+        canonical, cwd, _, _ = self._open(ref)
+        if not cwd:
+            raise NavigatorError(
+                "NO_PROJECT", f"{canonical} has no working directory; use scope 'all'"
+            )
+        return cwd
 
     def browse(self, session: str | None, **kwargs: Any) -> tuple[list[dict[str, Any]], str | None]:
         return compact_references(self.navigator(session).browse(**kwargs))
@@ -318,6 +402,58 @@ def _unreadable_session(ref: str, home: Path) -> Iterator[None]:
             raise
         reason = exc.strerror or str(exc)
         raise SessionRefError(f"cannot read session {ref!r}: {reason}") from None
+
+
+CHILD_FROM_CHARS = 2_000_000  # a session this large is indexed by a child process
+
+
+def _index_in_child(roots: Mapping[str, Path | None], home: Path, canonical: str) -> None:
+    history = History(roots, home)
+    try:
+        history.ensure_indexed(canonical)
+    except Exception:  # the index is derived data: the next search retries
+        log.warning("background indexing of %s failed", canonical, exc_info=True)
+    finally:
+        history.close()
+
+
+PARALLEL_FROM = 2  # stale files before index_all reads them in worker processes
+
+
+def prepare_file(found: SessionFileRef) -> tuple[str, list[IndexDoc], dict[str, Any]] | str:
+    """One session file read and analyzed, ready to write (or why it could not be read)."""
+    try:
+        session = Catalog({}, keep_open=0).open(found)
+        cwd, items = session.info.cwd or "", session.projection.items
+        docs = [analyzed(doc_for(found.ref, cwd, item)) for item in items]
+        return found.ref, docs, _file_state(session)
+    except (OSError, UnknownFormat) as exc:
+        return str(exc)
+
+
+def prepare_files(files: Sequence[SessionFileRef]) -> Iterator[tuple[SessionFileRef, Any]]:
+    """(file, prepare_file(file)) in order; one worker process per core when there are several
+    files, at most two files per worker ahead of the caller (whose writer is the slower side:
+    results must not pile up in memory)."""
+    workers = min(os.cpu_count() or 1, len(files))
+    if len(files) < PARALLEL_FROM or workers < 2:
+        for found in files:
+            yield found, prepare_file(found)
+        return
+    method = "fork" if threading.active_count() == 1 else "spawn"  # fork is unsafe with threads
+    with multiprocessing.get_context(method).Pool(workers) as pool:
+        pending: deque = deque()
+        queue = iter(files)
+        for found in queue:
+            pending.append((found, pool.apply_async(prepare_file, (found,))))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            found, result = pending.popleft()
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.append((nxt, pool.apply_async(prepare_file, (nxt,))))
+            yield found, result.get()
 
 
 def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bool:

@@ -26,9 +26,11 @@ processes syncing at once lose nothing. An index that cannot be opened or fails 
 is moved aside to ``<dir>.broken-<timestamp>`` and replaced by an empty one: the data is derived,
 and the caller re-syncs because the file states went with it.
 
-Ranking (index.analysis.Bm25, RankCollector): BM25 with upstream's idf and exact lengths,
-statistics over every live visible item of the index (upstream: the session's; measured better
-on the fixtures), ties by session then sequence, filters applied while matching.
+Ranking (index.analysis.Bm25, RankCollector): BM25 with upstream's idf and exact lengths (in
+tokens), ties by session then sequence, filters applied while matching. A search of one session
+takes that session's statistics, as upstream did (SESSION_STATISTICS; bench/search_eval.py
+measured it level with index-wide statistics on the fixtures, and it is what index.scan computes
+for a session that is not indexed yet); wider searches take every live visible item's.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import threading
@@ -46,10 +49,11 @@ import warnings
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import whoosh.util
 from whoosh.filedb.filestore import FileStorage
 from whoosh.index import TOC, EmptyIndexError, FileIndex, LockError, clean_files
 from whoosh.query import And, Or, Query, Require, Term
@@ -67,14 +71,21 @@ from context_paging.index.analysis import (
     filter_query,
     merge_tiers,
     project_path,
-    query_terms,
+    query_tokens,
     segment_frequency,
     segment_totals,
+    session_items,
+    term_counts,
     tokens,
+    token_query,
 )
 from context_paging.index.history import HistoryItem, search_text
 
 log = logging.getLogger("context_paging")
+# Whoosh names its segment and temporary files with the global ``random`` module. Indexing runs
+# in a background thread too (index.service), where that would move the host's global random
+# state under it (a seeded host would see another sequence): Whoosh gets a generator of its own.
+whoosh.util.random = random.Random()
 
 INDEX_NAME = "cp1"  # Whoosh's index name: change it with the schema
 LOCK_POLL = 0.05  # seconds between attempts on the writer lock
@@ -86,6 +97,10 @@ COMPOUND = True  # one file per segment: fewer open files (compound=False measur
 # sync_many commits after this many written items, so the pool never spills (20,000 items: 772
 # docs/s in 4 commits, 423 in one), or after this many seconds of holding the writer lock.
 BATCH_DOCS = 5_000
+# BM25 statistics of a one-session search: that session's items (upstream's choice, and what
+# the in-memory first search of index.scan computes), or every indexed item (False). Measured
+# with bench/search_eval.py; see README "Search".
+SESSION_STATISTICS = True
 BATCH_SECONDS = 10.0
 _TOC_TEMP = re.compile(rf"^_{INDEX_NAME}_\d+\.toc\.")
 
@@ -110,10 +125,26 @@ class IndexDoc:
     project: str = ""  # the session's working directory, "" if unknown
     hidden: bool = False  # a recovery-tool turn: stored, never found
     fingerprint: str = ""
+    # (term counts, length) when analyzed ahead, e.g. by a worker process of index_all
+    analysis: tuple[Counter, int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.fingerprint:
             object.__setattr__(self, "fingerprint", fingerprint(self))
+
+
+def analyze(text: str) -> tuple[Counter, int]:
+    """(what the item is indexed under, its BM25 length: its number of tokens)."""
+    words = tokens(text)
+    return term_counts(words), len(words)
+
+
+def analyzed(doc: IndexDoc) -> IndexDoc:
+    """``doc`` with its analysis done and its text dropped (the index does not store text):
+    what a worker process sends back, small and ready to write."""
+    if doc.hidden:
+        return replace(doc, text="")
+    return replace(doc, text="", analysis=analyze(doc.text))
 
 
 def fingerprint(doc: IndexDoc) -> str:
@@ -124,7 +155,9 @@ def fingerprint(doc: IndexDoc) -> str:
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
-def doc_for(session: str, project: str, item: HistoryItem) -> IndexDoc:
+def doc_for(session: str, project: str, item: HistoryItem, fingerprint: str = "") -> IndexDoc:
+    """The document of one item. ``fingerprint="-"`` skips the digest (a JSON dump of the
+    whole text): for a document that is only scanned in memory, never synced."""
     return IndexDoc(
         session=session,
         history_id=item.history_id,
@@ -137,6 +170,7 @@ def doc_for(session: str, project: str, item: HistoryItem) -> IndexDoc:
         failed=item.failed,
         project=project or "",
         hidden=item.is_recovery_turn,
+        fingerprint=fingerprint,
     )
 
 
@@ -207,10 +241,10 @@ def _fields(doc: IndexDoc) -> dict[str, Any]:
         "sequence": doc.sequence,
     }
     if not doc.hidden:
-        counts = Counter(tokens(doc.text))
+        counts, length = doc.analysis or analyze(doc.text)
         fields.update(
             text=counts,
-            length=sum(counts.values()),
+            length=length,
             tools=list(doc.tools),
             files=list(doc.files),
             failed="true" if doc.failed else "false",
@@ -230,7 +264,8 @@ class SearchIndex:
         self._generation = -1
         self._leaves: dict[tuple[str, int], SegmentReader] = {}
         self._totals: dict[tuple[str, int], tuple[int, int]] = {}  # per segment, see _corpus
-        self._frequencies: dict[tuple[tuple[str, int], str], int] = {}
+        self._frequencies: dict[tuple, int] = {}  # (segment, term) or (segment, session, term)
+        self._session_totals: dict[tuple[tuple[str, int], str], tuple[frozenset[int], int]] = {}
         self._ix = self._open()
 
     # --- queries --------------------------------------------------------------------------
@@ -263,10 +298,11 @@ class SearchIndex:
                     q, limit=limit, sortedby=["session", "sequence"], scored=False
                 )
                 return [_hit(searcher, hit.docnum, 0.0) for hit in found]
-        terms = query_terms(query)
-        if not terms:
+        wanted = query_tokens(query)
+        if not wanted:
             return []
-        q: Query = Or([Term("text", t) for t in terms])
+        terms = list(dict.fromkeys(t for token in wanted for t in token.terms))
+        q: Query = Or([token_query(token) for token in wanted])
         if restrict is not None:  # intersected while matching, scored by the terms alone
             q = Require(q, restrict)
         # Whoosh's block skipping trips an assertion in Require's matcher, and its matcher
@@ -274,7 +310,10 @@ class SearchIndex:
         unfiltered = restrict is None
         collector = RankCollector(limit, usequality=unfiltered, replace=10 if unfiltered else 0)
         with self._reading() as searcher:
-            weighting = Bm25(self._corpus(terms))
+            per_session = SESSION_STATISTICS and sessions is not None and len(sessions) == 1
+            corpus = self._session_corpus(next(iter(sessions)), terms) if per_session else \
+                self._corpus(terms)
+            weighting = Bm25(corpus)
             searcher.search_with_collector(q, collector, searcher.context(weighting=weighting))
             return [_hit(searcher, hit.docnum, hit.score) for hit in collector.results()]
 
@@ -291,6 +330,21 @@ class SearchIndex:
                 if (key, term) not in self._frequencies:
                     self._frequencies[key, term] = segment_frequency(reader, term)
                 frequencies[encode(term)] += self._frequencies[key, term]
+        return Corpus(items, total / items if items else 0.0, frequencies)
+
+    def _session_corpus(self, session: str, terms: list[str]) -> Corpus:
+        """BM25 statistics over one session's visible items (upstream's), kept per segment."""
+        items = total = 0
+        frequencies = dict.fromkeys((encode(t) for t in terms), 0)
+        for key, reader in self._leaves.items():
+            if (key, session) not in self._session_totals:
+                self._session_totals[key, session] = session_items(reader, session)
+            ids, length = self._session_totals[key, session]
+            items, total = items + len(ids), total + length
+            for term in terms:
+                if (key, session, term) not in self._frequencies:
+                    self._frequencies[key, session, term] = segment_frequency(reader, term, ids)
+                frequencies[encode(term)] += self._frequencies[key, session, term]
         return Corpus(items, total / items if items else 0.0, frequencies)
 
     def file_state(self, session: str) -> dict | None:
@@ -476,6 +530,7 @@ class SearchIndex:
         self._leaves = leaves
         self._totals = {k: v for k, v in self._totals.items() if k in leaves}
         self._frequencies = {k: v for k, v in self._frequencies.items() if k[0] in leaves}
+        self._session_totals = {k: v for k, v in self._session_totals.items() if k[0] in leaves}
         readers = list(leaves.values())
         reader = MultiReader(readers, generation) if readers else EmptyReader(SCHEMA)
         return Searcher(reader, closereader=False)

@@ -27,7 +27,8 @@ Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
-    summaries = Catalog(settings.roots).summaries(args.source, args.project)[: args.limit]
+    catalog = Catalog(settings.roots, cache=settings.home / "catalog.json")
+    summaries = catalog.summaries(args.source, args.project)[: args.limit]
     if args.json:
         print_json({"sessions": [s.model_dump() for s in summaries]})
         return 0
@@ -119,7 +120,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     try:
         reply = history.search(
             args.query, args.session, args.scope, args.file or (), args.tool or (),
-            args.failed, args.limit, progress=_progress_bar(),
+            args.failed, args.limit, progress=_progress_bar(), directory=args.project,
         )
     finally:
         history.close()
@@ -155,9 +156,10 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _progress_bar():
-    """A one-line progress bar on stderr (a terminal only; nothing when piped)."""
+    """A one-line progress bar on stderr; when stderr is not a terminal, a plain line every
+    5 seconds (a long ``index --all`` is never silent)."""
     if not sys.stderr.isatty():
-        return None
+        return _progress_lines()
 
     def show(done: float, total: float | None, message: str) -> None:
         if not total:
@@ -169,6 +171,20 @@ def _progress_bar():
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()
+
+    return show
+
+
+def _progress_lines(every: float = 5.0):
+    import time
+
+    last = [time.monotonic()]
+
+    def show(done: float, total: float | None, message: str) -> None:
+        now = time.monotonic()
+        if total and (now - last[0] >= every or done >= total):
+            last[0] = now
+            print(f"context-paging: {int(done)}/{int(total)} {message}", file=sys.stderr)
 
     return show
 
@@ -232,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--session", help="session reference (default: this directory's newest)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session")
+    search.add_argument("--project", help="with --scope project: this directory "
+                        "(default: the session's, else the current directory)")
     search.add_argument("--file", action="append", help="only turns that touched this path")
     search.add_argument("--tool", action="append", help="only turns that called this tool")
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None)

@@ -70,7 +70,10 @@ SessionArg = Annotated[
         max_length=4096,
     ),
 ]
-HistoryId = Annotated[str, Field(max_length=128, description="A history_id from a reference.")]
+# Ids, references and paths: generous bounds (issue 15). Real tool call ids reach 446 characters
+# (Pi on openai-codex: ``call_…|<encoded item id>``); paths and MCP tool names can be long too.
+ID_MAX = 4096
+HistoryId = Annotated[str, Field(max_length=ID_MAX, description="A history_id from a reference.")]
 
 
 class Reference(BaseModel):
@@ -329,11 +332,12 @@ def create_server(settings: Settings, history: History | None = None,
         session: SessionArg = None,
         scope: Annotated[Literal["session", "project", "all"], Field(
             description="session: one session; project: every session with the same working "
-            "directory; all: every session")] = "session",
-        files: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(
+            "directory (the session's, else the server's); all: every session (no session "
+            "needed)")] = "session",
+        files: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
             max_length=10, description="Only turns that touched every one of these exact paths")
         ] = None,
-        tools: Annotated[list[Annotated[str, Field(max_length=200)]] | None, Field(
+        tools: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
             max_length=10, description="Only turns that called every one of these tools")] = None,
         failed: Annotated[bool | None, Field(description="Only failed (true) or successful "
                                              "(false) items")] = None,
@@ -354,7 +358,8 @@ def create_server(settings: Settings, history: History | None = None,
     async def browse_history(
         direction: Annotated[Literal["backward", "forward", "around"], Field(
             description="backward: older items; forward: newer; around: both sides")],
-        history_id: Annotated[str | None, Field(max_length=128, description="Anchor item")] = None,
+        history_id: Annotated[str | None, Field(max_length=ID_MAX,
+                                                description="Anchor item")] = None,
         sequence: Annotated[int | None, Field(ge=0, le=1_000_000, description="Anchor by "
                                               "position instead of history_id")] = None,
         count: Annotated[int, Field(ge=1, le=10)] = 5,
@@ -385,7 +390,7 @@ def create_server(settings: Settings, history: History | None = None,
         source: Literal["assistant", "tool_result"],
         content_index: Annotated[int | None, Field(ge=0, description="For source 'assistant': "
                                                    "the block's original index")] = None,
-        tool_call_id: Annotated[str | None, Field(max_length=256, description="For source "
+        tool_call_id: Annotated[str | None, Field(max_length=ID_MAX, description="For source "
                                                   "'tool_result'")] = None,
         offset: Annotated[int, Field(ge=0)] = 0,
         limit: Annotated[int, Field(ge=1, le=2000)] = 2000,
@@ -401,9 +406,9 @@ def create_server(settings: Settings, history: History | None = None,
 
     @tool("Recall")
     async def recall(
-        tool_call_id: Annotated[str | None, Field(max_length=256, description="The tool output "
+        tool_call_id: Annotated[str | None, Field(max_length=ID_MAX, description="The tool output "
                                                   "to return")] = None,
-        history_id: Annotated[str | None, Field(max_length=128, description="An exchange to "
+        history_id: Annotated[str | None, Field(max_length=ID_MAX, description="An exchange to "
                                                 "return as a transcript")] = None,
         pattern: Annotated[str | None, Field(max_length=500, description="Regular expression: "
                                              "only matching lines, numbered")] = None,

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from context_paging.index.analysis import tokens
+from context_paging.index.analysis import compound_terms, term_counts, tokens
 from context_paging.index.history import content_text, search_text
 from context_paging.index.service import History
 from tests.conftest import ALL_SAMPLES, recorded_params
@@ -21,7 +21,7 @@ from tests.test_protocol import lay_out
 
 _IDENTIFIER = re.compile(r"[a-z]")
 # An error *message*, not any line that mentions the word (theme keys, docs, handler code).
-_ERRORISH = re.compile(r"\b\w*(Error|Exception)\b:|\bERROR\b|\bFAILED\b|Traceback|"
+_ERRORISH = re.compile(r"\b(?:[A-Z]\w*)?(Error|Exception)\b:|\bERROR\b|\bFAILED\b|Traceback|"
                        r"No such file|command not found|Permission denied")
 
 
@@ -30,26 +30,38 @@ def candidates(items):
     half = items[: max(1, len(items) // 2)]
     frequency: dict[str, set[str]] = {}
     for item in items:
-        for token in set(tokens(search_text(item))):
+        for token in term_counts(search_text(item)):  # parts and pairs find items too
             frequency.setdefault(token, set()).add(item.history_id)
     picks = []
     for item in half:
         if item.kind != "model_turn" or item.is_recovery_turn:
             continue
         output = "\n".join(content_text(r.content) for r in item.tool_results)
+        # Unique as the index matches it: a compound of three or more parts also matches every
+        # item holding all of its pairs (index.analysis), so those must be this item only too.
         unique = [t for t in dict.fromkeys(tokens(output))
                   if len(t) >= 5 and _IDENTIFIER.search(t)
-                  and frequency.get(t) == {item.history_id}]
+                  and frequency.get(t) == {item.history_id}
+                  and not _pairs_elsewhere(t, frequency, item.history_id)]
         unique.sort(key=lambda t: not any(c in t for c in "._/-0123456789"))  # identifiers first
         if unique:
             picks.append((unique[0], item.history_id))
         error_line = next((line.strip() for line in output.splitlines()
                            if _ERRORISH.search(line) and 20 <= len(line.strip()) <= 150
-                           and any(frequency.get(t) == {item.history_id} for t in tokens(line))),
+                           and any(frequency.get(t) == {item.history_id}
+                                   for t in term_counts(line))),
                           None)
         if error_line:
             picks.append((error_line[:190], item.history_id))
     return picks
+
+
+def _pairs_elsewhere(token, frequency, owner):
+    pairs = compound_terms(token)[1]
+    if not pairs:
+        return False
+    holders = set.intersection(*(frequency.get(p, set()) for p in pairs))
+    return bool(holders - {owner})
 
 
 @pytest.fixture(scope="module")

@@ -191,9 +191,14 @@ def test_scores_follow_upstream_bm25(index):
 
 def bm25_ranking(docs: list[IndexDoc], query: str, limit: int, sessions=None):
     """specs/paging.md §3.3 written out independently, with the statistics over all ``docs``
-    (every indexed item, see index.analysis.Bm25) and hits from ``sessions`` only."""
+    (every indexed item, see index.analysis.Bm25) and hits from ``sessions`` only; a search of
+    one session takes that session's statistics (index.store.SESSION_STATISTICS)."""
+    if sessions is not None and len(sessions) == 1:
+        docs = [d for d in docs if d.session in sessions]
     counted = [(d, Counter(tokens(d.text))) for d in docs]
     n = len(counted)
+    if not n:
+        return []
     average = sum(sum(c.values()) for _, c in counted) / n
     terms = query_terms(query)
     df = {term: sum(1 for _, c in counted if c[term]) for term in terms}

@@ -1,0 +1,181 @@
+"""The first search of a session, answered in memory while the persistent index catches up.
+
+Indexing a session through Whoosh runs at about 1 MB/s of session text, so the first search of a
+large session that is not indexed yet would wait seconds to minutes. The model usually searches
+exactly then (something just left its window). :func:`scan_search` ranks the session's items
+directly, with the same analyzer, the same BM25 and the same per-session statistics as
+:meth:`index.store.SearchIndex.search` (``SESSION_STATISTICS``), so the answer is the one the
+index gives once it has caught up (tests/test_scan.py checks that).
+
+It does not tokenize everything. For each query term it counts, in each item's lower-cased text,
+the occurrences the index would count: a term of one or two words (``needle``, ``paraxial.io``)
+is found wherever it stands between non-word characters, which is exactly where it is a token, a
+part or a pair (index.analysis); a longer compound only as a whole token. Items whose text is
+not ASCII are analyzed in full (the Unicode rules, Han characters, are not worth repeating).
+BM25 also needs every item's length in tokens, which :func:`index.analysis.token_count` gives
+without building them;
+those are kept per item and text, so a repeated search while the index is still catching up
+does not count again.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, MutableMapping, Sequence
+
+from context_paging.index.analysis import (
+    WHOLE_BOOST,
+    compound_terms,
+    query_tokens,
+    term_counts,
+    token_count,
+    tokens,
+)
+from context_paging.index.store import Hit, IndexDoc
+
+K1, B = 1.2, 0.75
+
+
+def _counter(term: str):
+    """A function counting ``term``'s occurrences (as the index counts them) in ASCII text."""
+    if len(compound_terms(term)[0]) > 2:  # three or more words: only ever a whole token
+        return lambda lowered: _whole_count(lowered, term)
+    return lambda lowered: _bounded_count(lowered, term)
+
+
+_SEPARATOR = frozenset("./:-")
+
+
+def _whole_count(lowered: str, term: str) -> int:
+    """Occurrences of ``term`` as a whole token: the run of token characters around it is the
+    term with at most separators at its edges (which the tokenizer strips)."""
+    count, start, size = 0, lowered.find(term), len(term)
+    while start >= 0:
+        before, after = start - 1, start + size
+        while before >= 0 and lowered[before] in _SEPARATOR:
+            before -= 1
+        while after < len(lowered) and lowered[after] in _SEPARATOR:
+            after += 1
+        if (before < 0 or lowered[before] not in _WORD) and \
+                (after == len(lowered) or lowered[after] not in _WORD):
+            count += 1
+        start = lowered.find(term, start + size)
+    return count
+
+
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _bounded_count(lowered: str, term: str) -> int:
+    """Occurrences of ``term`` between non-word characters, overlapping ones included (the
+    pairs of ``a.a.a`` are ``a.a`` twice). ``str.find`` is a fast literal search; a regex
+    with a look-behind is not."""
+    count, start, size = 0, lowered.find(term), len(term)
+    while start >= 0:
+        end = start + size
+        if (start == 0 or lowered[start - 1] not in _WORD) and \
+                (end == len(lowered) or lowered[end] not in _WORD):
+            count += 1
+        start = lowered.find(term, start + 1)
+    return count
+
+
+def scan_search(
+    docs: Sequence[IndexDoc],
+    query: str,
+    files: Sequence[str] = (),
+    tools: Sequence[str] = (),
+    failed: bool | None = None,
+    limit: int = 5,
+    lengths: MutableMapping[tuple[str, int], int] | None = None,
+) -> list[Hit]:
+    """The hits :meth:`SearchIndex.search` gives for one session's ``docs`` (all of them,
+    hidden ones included, as they would be synced)."""
+    if limit < 1:
+        return []
+    wanted_docs = {}
+    for doc in docs:  # a history id that occurs twice is indexed once, as its first occurrence
+        wanted_docs.setdefault(doc.history_id, doc)
+    visible = [d for d in wanted_docs.values() if not d.hidden]
+    keep = [d for d in visible if _passes(d, files, tools, failed)]
+    if query == "":
+        ordered = sorted(keep, key=lambda d: d.sequence)[:limit]
+        return [Hit(d.session, d.history_id, d.sequence, 0.0) for d in ordered]
+    wanted = query_tokens(query)
+    if not wanted:
+        return []
+    terms = list(dict.fromkeys(t for token in wanted for t in token.terms))
+    counters = {t: _counter(t) for t in terms}
+    lengths = {} if lengths is None else lengths
+    tf: dict[str, dict[str, int]] = {t: {} for t in terms}
+    lengths_by_id: dict[str, int] = {}
+    total = 0
+    for doc in visible:
+        lowered = _as_ascii(doc.text.lower())
+        ascii_text = lowered.isascii()
+        key = (doc.history_id, hash(doc.text))  # documents here may carry no fingerprint
+        length = lengths.get(key)
+        if length is None:
+            length = token_count(lowered) if ascii_text else len(tokens(doc.text))
+            lengths[key] = length
+        lengths_by_id[doc.history_id] = length
+        total += length
+        full = None
+        if not ascii_text:  # the Unicode rules: analyze it all, if it can hold a term at all
+            if not any(term in lowered for term in terms):
+                continue
+            full = term_counts(doc.text)
+        for term in terms:
+            if full is not None:
+                n = full.get(term, 0)
+            elif term in lowered:  # a cheap pre-check: most items hold no query term
+                n = counters[term](lowered)
+            else:
+                n = 0
+            if n:
+                tf[term][doc.history_id] = n
+    items = len(visible)
+    average = total / items if items else 1.0
+    idf = {t: math.log(1 + (items - len(tf[t]) + 0.5) / (len(tf[t]) + 0.5)) for t in terms}
+    scored = []
+    for doc in keep:
+        length = lengths_by_id[doc.history_id]
+        norm = K1 * (1 - B + B * length / (average or 1.0))
+        score = 0.0
+        matched = False
+        for token in wanted:
+            whole = tf[token.whole].get(doc.history_id, 0)
+            pairs_all = token.pairs and all(tf[p].get(doc.history_id) for p in token.pairs)
+            if not whole and not pairs_all:
+                continue
+            matched = True
+            if whole:
+                boost = WHOLE_BOOST if token.pairs else 1.0
+                score += boost * idf[token.whole] * whole * (K1 + 1) / (whole + norm)
+            for term in token.pairs if pairs_all else ():
+                n = tf[term][doc.history_id]
+                score += idf[term] * n * (K1 + 1) / (n + norm)
+        if matched:
+            scored.append((-score, doc.session, doc.sequence, doc))
+    scored.sort(key=lambda row: row[:3])
+    return [Hit(d.session, d.history_id, d.sequence, -s) for s, _, _, d in scored[:limit]]
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _as_ascii(lowered: str) -> str:
+    """``lowered`` with its non-ASCII characters as spaces when none of them is a letter or a
+    digit (``…``, ``✓``, box drawing): they separate tokens like a space, so the tokens stay the
+    same and the fast ASCII counting applies. Otherwise ``lowered`` unchanged."""
+    if lowered.isascii():
+        return lowered
+    if any(c.isalnum() for c in set(_NON_ASCII.findall(lowered))):
+        return lowered
+    return _NON_ASCII.sub(" ", lowered)
+
+
+def _passes(doc: IndexDoc, files: Iterable[str], tools: Iterable[str], failed: bool | None) -> bool:
+    return (all(f in doc.files for f in files) and all(t in doc.tools for t in tools)
+            and (failed is None or doc.failed == failed))

@@ -1,0 +1,64 @@
+"""index.scan answers a session's first search exactly as the persistent index does later."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_paging.index.analysis import token_count, tokens
+from context_paging.index.scan import scan_search
+from context_paging.index.store import IndexDoc, SearchIndex
+
+WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x", "a.b.c",
+         "x.a.b", "inc-pager-047", "inc/pager/047", "needle.", "-needle-", "xneedle", "needlex",
+         "_io", "a_b.c", "zpager-047", "io", "a.a.a", "a.a", "✓ needle…", "→io", "请分页",
+         "Ünïcode", "hay", "hay", "hay", "tokens=128........", "b.c"]
+QUERIES = ["a.a", "needle", "paraxial.io", "a.b", "a.b.c", "inc-pager-047", "io hay", "分页", "",
+           "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128"]
+
+
+def doc(session: str, n: int, words: list[str], **extra) -> IndexDoc:
+    return IndexDoc(session=session, history_id=f"{session}-{n}", sequence=n, kind="model_turn",
+                    timestamp="", text=" ".join(words), **extra)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=12), min_size=1, max_size=12),
+    st.lists(st.sampled_from(WORDS), max_size=6),
+    st.sampled_from(QUERIES),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_the_in_memory_search_ranks_exactly_like_the_index(rows, other, query, limit, hide):
+    docs = [doc("pi:s", n, words, hidden=hide and n == 0, failed=n % 2 == 1)
+            for n, words in enumerate(rows)]
+    with tempfile.TemporaryDirectory() as tmp, SearchIndex(Path(tmp) / "ix") as ix:
+        ix.sync("pi:s", docs, {})
+        if other:  # another session in the index must not change one session's ranking
+            ix.sync("pi:t", [doc("pi:t", 0, other)], {})
+        for failed in (None, True):
+            expected = ix.search(query, sessions=["pi:s"], limit=limit, failed=failed)
+            found = scan_search(docs, query, limit=limit, failed=failed)
+            assert [h.history_id for h in found] == [h.history_id for h in expected]
+            assert [h.score for h in found] == [
+                __import__("pytest").approx(h.score) for h in expected]
+
+
+@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t\n!@"), max_size=60))
+def test_token_count_counts_the_tokens_without_building_them(text):
+    lowered = text.lower()
+    assert token_count(lowered) == len(tokens(lowered))
+
+
+def test_overlapping_pairs_count_as_the_index_counts_them():
+    docs = [doc("pi:s", 0, ["a.a.a"]), doc("pi:s", 1, ["a.a", "x"]), doc("pi:s", 2, ["y"])]
+    with tempfile.TemporaryDirectory() as tmp, SearchIndex(Path(tmp) / "ix") as ix:
+        ix.sync("pi:s", docs, {})
+        expected = ix.search("a.a", sessions=["pi:s"])
+    found = scan_search(docs, "a.a")
+    assert [(h.history_id, round(h.score, 9)) for h in found] == \
+        [(h.history_id, round(h.score, 9)) for h in expected]
