@@ -126,13 +126,14 @@ class Catalog:
         workers = min(os.cpu_count() or 1, len(stale) // PARALLEL_FROM)
         if workers < 2:
             for found in stale:
-                yield found, _summarize(found)
+                yield found, _summarize((found, self.roots.get(found.source)))
             return
         # fork is cheap, but not safe in a process with other threads (the MCP server's)
         method = "fork" if threading.active_count() == 1 else "spawn"
         context = multiprocessing.get_context(method)
         with context.Pool(workers) as pool:
-            yield from zip(stale, pool.imap(_summarize, stale, chunksize=16))
+            jobs = [(found, self.roots.get(found.source)) for found in stale]
+            yield from zip(stale, pool.imap(_summarize, jobs, chunksize=16))
 
     def _load_cache(self) -> dict[str, dict]:
         if self._cached is None:
@@ -178,9 +179,10 @@ class Catalog:
         )
 
 
-def _summarize(found: SessionFileRef) -> SessionSummary | str:
+def _summarize(job: tuple[SessionFileRef, Path | None]) -> SessionSummary | str:
+    found, root = job  # the root goes along: the file is opened and verified inside it
     try:
-        return Catalog({}, keep_open=0).summary(found)
+        return Catalog({found.source: root}, keep_open=0).summary(found)
     except (OSError, UnknownFormat) as exc:
         return str(exc)
 

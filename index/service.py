@@ -266,7 +266,7 @@ class History:
         total = len(files) + len(ledgers)
 
         def prepared():
-            yield from prepare_files(files)
+            yield from prepare_files(files, self.catalog.roots)
             for ref in ledgers:
                 try:
                     canonical, cwd, items, state = self._open(ref)
@@ -420,10 +420,12 @@ def _index_in_child(roots: Mapping[str, Path | None], home: Path, canonical: str
 PARALLEL_FROM = 2  # stale files before index_all reads them in worker processes
 
 
-def prepare_file(found: SessionFileRef) -> tuple[str, list[IndexDoc], dict[str, Any]] | str:
-    """One session file read and analyzed, ready to write (or why it could not be read)."""
+def prepare_file(found: SessionFileRef, root: Path | None
+                 ) -> tuple[str, list[IndexDoc], dict[str, Any]] | str:
+    """One session file read and analyzed, ready to write (or why it could not be read). The
+    file is opened and verified inside ``root``, as every session file is."""
     try:
-        session = Catalog({}, keep_open=0).open(found)
+        session = Catalog({found.source: root}, keep_open=0).open(found)
         cwd, items = session.info.cwd or "", session.projection.items
         docs = [analyzed(doc_for(found.ref, cwd, item)) for item in items]
         return found.ref, docs, _file_state(session)
@@ -431,28 +433,29 @@ def prepare_file(found: SessionFileRef) -> tuple[str, list[IndexDoc], dict[str, 
         return str(exc)
 
 
-def prepare_files(files: Sequence[SessionFileRef]) -> Iterator[tuple[SessionFileRef, Any]]:
+def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | None]
+                  ) -> Iterator[tuple[SessionFileRef, Any]]:
     """(file, prepare_file(file)) in order; one worker process per core when there are several
     files, at most two files per worker ahead of the caller (whose writer is the slower side:
     results must not pile up in memory)."""
     workers = min(os.cpu_count() or 1, len(files))
     if len(files) < PARALLEL_FROM or workers < 2:
         for found in files:
-            yield found, prepare_file(found)
+            yield found, prepare_file(found, roots.get(found.source))
         return
     method = "fork" if threading.active_count() == 1 else "spawn"  # fork is unsafe with threads
     with multiprocessing.get_context(method).Pool(workers) as pool:
         pending: deque = deque()
         queue = iter(files)
         for found in queue:
-            pending.append((found, pool.apply_async(prepare_file, (found,))))
+            pending.append((found, pool.apply_async(prepare_file, (found, roots.get(found.source)))))
             if len(pending) >= 2 * workers:
                 break
         while pending:
             found, result = pending.popleft()
             nxt = next(queue, None)
             if nxt is not None:
-                pending.append((nxt, pool.apply_async(prepare_file, (nxt,))))
+                pending.append((nxt, pool.apply_async(prepare_file, (nxt, roots.get(nxt.source)))))
             yield found, result.get()
 
 

@@ -307,6 +307,37 @@ async def test_2_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_p
     assert outside_state.read_text() == json.dumps({"settings": "outsideword"})
 
 
+def test_2_listing_and_index_all_verify_every_file_inside_its_root(tmp_path):
+    # Listing and `index --all` read many files in worker processes: each must be opened and
+    # verified inside its root like any other read, so a link to a file outside is never read.
+    from context_paging.index.catalog import Catalog
+    from context_paging.index.service import History
+
+    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
+    for root in roots.values():
+        root.mkdir()
+    project = roots["claude"] / "-work-c"
+    project.mkdir()
+    for n in range(3):  # several files, so the parallel readers are used where there are cores
+        (project / f"inside{n}.jsonl").write_text(claude_lines(f"inside{n}", f"insideword{n}"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "outside.jsonl").write_text(claude_lines("outside", "outsideword"))
+    (project / "planted.jsonl").symlink_to(elsewhere / "outside.jsonl")  # a link to a file
+    (roots["claude"] / "-planted").symlink_to(elsewhere)  # and a link to a folder
+    home = tmp_path / "home"
+    summaries = Catalog(roots, cache=home / "catalog.json").summaries()
+    assert sorted(s.session_id for s in summaries) == ["inside0", "inside1", "inside2"]
+    assert "outsideword" not in json.dumps([s.model_dump() for s in summaries])
+    history = History(roots, home)
+    try:
+        history.index_all()
+        assert history.search("outsideword", scope="all").references == []
+        assert history.search("insideword1", scope="all").references
+    finally:
+        history.close()
+
+
 # --- 3. one private-part rule on every path -------------------------------------------------------
 
 
