@@ -4,22 +4,32 @@ Workload (specs/paging.md §10): 300 turns, 15 MiB of tool output (52,428 charac
 the last 52,668), budget 128,000 = the model window, default target; each turn is a user request,
 an assistant ``read`` call and its result; then the active request → 901 messages.
 
-Measured, each the best of ``--repeat`` runs, and each printed as a ratio to the time it takes
-just to ``json.loads`` the request and ``json.dumps`` the reply (what any server must pay):
+Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed
+in the same run: issue 12's JSON floor, ``json.loads(json.dumps(messages))`` of the request's
+901 messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of
+the reply:
 
-* cold: a fresh home, first call (ledger append of 15 MiB, estimates, selection);
+* cold: a fresh home, first call (ledger append of 15 MiB, estimates, distillation, selection);
 * repeated: the same request again (the ledger and estimate caches are warm);
-* incremental: the request grown by one turn;
-* the same three end to end over stdio, against the installed ``context-paging serve``.
+* one more turn: the request grown by one turn, whole conversation;
+* one more turn, after_id: only the new turn's messages and the previous reply's
+  ``last_message_id`` (median of ``--turns`` successive turns);
+* the same end to end over stdio, against the installed ``context-paging serve``.
+
+``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
+message counted and every output judged before selecting, as before issue 12), side by side.
 
     python bench/select_bench.py [--repeat 3] [--estimator tiktoken|chars4] [--no-stdio]
+                                 [--reference] [--turns 9]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -79,32 +89,65 @@ def json_floor(request: dict, reply: dict, repeat: int) -> float:
     return best(repeat, lambda: (json.loads(raw), json.dumps(reply)))[0]
 
 
-def library(repeat: int, estimator: str) -> None:
+def issue_floor(messages: list[dict], repeat: int) -> float:
+    """Issue 12's JSON floor: one round trip of the conversation through the json module."""
+    return best(repeat, lambda: json.loads(json.dumps(messages)))[0]
+
+
+FLOORS: dict[str, float] = {}
+
+
+def show(label: str, seconds: float) -> None:
+    print(f"{label:<44} {seconds * 1000:8.1f} ms   (x{seconds / FLOORS['issue']:.2f} floor, "
+          f"x{seconds / FLOORS['small']:.2f} small floor)")
+
+
+def grown_by(messages: list[dict], extra: int) -> list[dict]:
+    """The workload with ``extra`` more turns before the active request."""
+    more = [m for n in range(extra) for m in turn(300 + n, 52_428)]
+    return messages[:-1] + more + [messages[-1]]
+
+
+def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
     from context_paging.index.context import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
     from context_paging.server.tokens import text_counter
 
     messages = workload()
-    grown = messages[:-1] + turn(300, 52_428) + [messages[-1]]
     settings = ContextSettings(token_budget=128_000, estimator=estimator)
     counter = text_counter()
-    cold_time, reply = best(repeat, lambda: _fresh(settings, counter, messages))
-    floor = json_floor(arguments(messages), reply, repeat)
+    label = "reference" if reference else "library"
+    cold_time, reply = best(repeat, lambda: _fresh(settings, counter, messages, reference))
+    if not FLOORS:
+        FLOORS["issue"] = issue_floor(messages, repeat)
+        FLOORS["small"] = json_floor(arguments(messages), reply, repeat)
+        print(f"workload: turns=300 messages={len(messages)} toolOutputBytes={TOTAL:,} "
+              f"estimator={estimator}")
+        print(f"selection: mode={reply['mode']} estimated={reply['estimated_tokens']:,.0f} "
+              f"budget={reply['budget_tokens']:,.0f} kept={len(reply['messages'])} "
+              f"evicted={reply['evicted_messages']}")
+        show("json.loads(json.dumps(messages)) [floor]", FLOORS["issue"])
+        show("json.loads(request)+json.dumps(reply)", FLOORS["small"])
     with tempfile.TemporaryDirectory() as home:
         svc = ContextService(Ledger(Path(home)), settings, counter)
+        svc.reference = reference
         svc.select(**_call_args(messages))
         warm_time, _ = best(repeat, lambda: svc.select(**_call_args(messages)))
-        grow_time, _ = best(1, lambda: svc.select(**_call_args(grown)))
-    print(f"workload: turns=300 messages={len(messages)} toolOutputBytes={TOTAL:,} "
-          f"estimator={estimator}")
-    print(f"selection: mode={reply['mode']} estimated={reply['estimated_tokens']:,.0f} "
-          f"budget={reply['budget_tokens']:,.0f} kept={len(reply['messages'])} "
-          f"evicted={reply['evicted_messages']}")
-    print(f"{'json.loads(request) + json.dumps(reply)':<40} {floor * 1000:8.1f} ms   (x1.00)")
-    for label, seconds in (("library, cold (fresh ledger)", cold_time),
-                           ("library, repeated request", warm_time),
-                           ("library, one more turn", grow_time)):
-        print(f"{label:<40} {seconds * 1000:8.1f} ms   (x{seconds / floor:.2f})")
+        grow_time, last = best(1, lambda: svc.select(**_call_args(grown_by(messages, 1))))
+        deltas = []
+        for n in range(2, turns + 2):  # one new turn at a time, sent after the last id
+            if "last_message_id" not in last:
+                break  # a version without after_id (the bench also runs on older commits)
+            new = turn(300 + n - 1, 52_428) + [messages[-1]]
+            call = _call_args(new) | {"after_id": last["last_message_id"]}
+            start = time.perf_counter()
+            last = svc.select(**call)
+            deltas.append(time.perf_counter() - start)
+    show(f"{label}, cold (fresh ledger)", cold_time)
+    show(f"{label}, repeated request", warm_time)
+    show(f"{label}, one more turn", grow_time)
+    if deltas:
+        show(f"{label}, one more turn, after_id (p50)", statistics.median(deltas))
 
 
 def _call_args(messages: list[dict]) -> dict:
@@ -114,28 +157,32 @@ def _call_args(messages: list[dict]) -> dict:
             "model_window": args["model_window"], "token_budget": args["token_budget"]}
 
 
-def _fresh(settings, counter, messages):
+def _fresh(settings, counter, messages, reference=False):
     from context_paging.index.context import ContextService
     from context_paging.index.ledger import Ledger
 
     home = Path(tempfile.mkdtemp())
     try:
-        return ContextService(Ledger(home), settings, counter).select(**_call_args(messages))
+        svc = ContextService(Ledger(home), settings, counter)
+        svc.reference = reference
+        return svc.select(**_call_args(messages))
     finally:
         shutil.rmtree(home)
 
 
-def stdio(repeat: int) -> None:
+def stdio(repeat: int, turns: int) -> None:
     import anyio
     from mcp import Client, StdioServerParameters
 
     messages = workload()
-    grown = messages[:-1] + turn(300, 52_428) + [messages[-1]]
+    grown = grown_by(messages, 1)
     command = shutil.which("context-paging") or str(Path(sys.executable).parent / "context-paging")
 
     async def run() -> None:
         with tempfile.TemporaryDirectory() as home:
-            params = StdioServerParameters(command=command, args=["--home", home, "serve"])
+            # The whole environment, so PYTHONPATH=<older checkout> benchmarks that version.
+            params = StdioServerParameters(command=command, args=["--home", home, "serve"],
+                                           env=dict(os.environ))
             async with Client(params) as client:
                 async def once(msgs):
                     result = await client.call_tool("select_context", arguments(msgs))
@@ -148,15 +195,24 @@ def stdio(repeat: int) -> None:
                     reply = await once(messages)
                     times.append(time.perf_counter() - start)
                 start = time.perf_counter()
-                await once(grown)
+                last = await once(grown)
                 grow = time.perf_counter() - start
-        floor = json_floor(arguments(messages), reply, repeat)
-        print(f"stdio, first call (cold)                 {times[0] * 1000:8.1f} ms   "
-              f"(x{times[0] / floor:.2f})")
-        print(f"stdio, repeated request                  {min(times[1:] or times) * 1000:8.1f} ms"
-              f"   (x{min(times[1:] or times) / floor:.2f})")
-        print(f"stdio, one more turn                     {grow * 1000:8.1f} ms   "
-              f"(x{grow / floor:.2f})")
+                deltas = []
+                for n in range(2, turns + 2):
+                    if "last_message_id" not in last:
+                        break
+                    new = turn(300 + n - 1, 52_428) + [messages[-1]]
+                    args = arguments(new) | {"after_id": last["last_message_id"]}
+                    start = time.perf_counter()
+                    result = await client.call_tool("select_context", args)
+                    deltas.append(time.perf_counter() - start)
+                    assert not result.is_error, result.content[0].text
+                    last = result.structured_content
+        show("stdio, first call (cold)", times[0])
+        show("stdio, repeated request", min(times[1:] or times))
+        show("stdio, one more turn", grow)
+        if deltas:
+            show("stdio, one more turn, after_id (p50)", statistics.median(deltas))
 
     anyio.run(run)
 
@@ -166,10 +222,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken")
     parser.add_argument("--no-stdio", action="store_true")
+    parser.add_argument("--reference", action="store_true",
+                        help="also run the library figures on the full computation")
+    parser.add_argument("--turns", type=int, default=9,
+                        help="successive after_id turns for the p50 figures")
     args = parser.parse_args()
-    library(args.repeat, args.estimator)
+    library(args.repeat, args.estimator, False, args.turns)
+    if args.reference:
+        library(args.repeat, args.estimator, True, args.turns)
     if not args.no_stdio:
-        stdio(args.repeat)
+        stdio(args.repeat, args.turns)
 
 
 if __name__ == "__main__":

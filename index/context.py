@@ -41,13 +41,15 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_paging.index.history import HistoryItem
-from context_paging.index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
+from context_paging.index.ledger import Ledger, LedgerSession, chain_ids
+from context_paging.index.request import FingerprintMemo, expand
 from context_paging.index.stats import Stats
 from context_paging.paging.calibrate import Anchor, Sent, calibrate
 from context_paging.paging.distill import (
@@ -60,11 +62,13 @@ from context_paging.paging.distill import (
     summarize,
 )
 from context_paging.paging.distill.apply import applied, changed
+from context_paging.paging.distill.conversation import content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
 from context_paging.paging.distill.plan import Plan, latest, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from context_paging.paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
+from context_paging.paging.limits import ContextSelectionError, context_limits
 from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
 from context_paging.paging.tokens import counted_resident, counted_tokens
 from context_paging.paging.units import tool_call_ids
@@ -146,6 +150,11 @@ class ContextService:
         self._estimates: OrderedDict[tuple[str, int], float] = OrderedDict()
         self._plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
         self.latest: dict[str, dict[str, Any]] = {}  # per session: the last reply's figures
+        self._fingerprints = FingerprintMemo()
+        # The reference path: count every message exactly before selecting (as before the
+        # window-proportional counting); tests compare the two.
+        self.reference = False
+        self.spare_seconds = 0.005  # per call: exact counting of older messages, ahead of need
 
     # --- estimates ------------------------------------------------------------------------
 
@@ -163,29 +172,67 @@ class ContextService:
         return text_chars4(text) if self.count_text is None else self.count_text(text) + 4
 
     def _view_estimates(self, views: Views, fps: Sequence[str | None],
-                        distilled: dict[int, Distilled]) -> list[float]:
-        out = []
-        cache = self._estimates
-        for index, view in enumerate(views.views):
-            fp = fps[view.source]
-            message = view.message
-            if index in distilled:
-                if distilled[index].message is None:
-                    out.append(0.0)  # left out with its exchange: never sent
-                    continue
-                message = distilled[index].message
-                fp = fp and f"{fp}:{distilled[index].key}"
-            if fp is None:
-                out.append(self._estimate(message))
-                continue
-            key = (fp, view.part)
-            value = cache.get(key)
+                        distilled: dict[int, Distilled], reach: float | None = None,
+                        deferred: Collection[int] = ()) -> tuple[list[float], set[int]]:
+        """Per view: its token estimate, and the views left uncounted.
+
+        Counting runs from the newest view back. With ``reach``, once the views counted so far
+        add up to more than ``reach`` tokens, older views that are not in the cache are not
+        counted: they get 0, a lower bound, and are returned as uncounted. The caller selects on
+        these figures and falls back to counting everything if the window keeps (or an error
+        names) an uncounted view — see :meth:`select` for why that gives the same answer.
+        ``deferred`` views (outputs distillation has not judged yet) are uncounted as well:
+        a decision could only make them smaller, so 0 is their lower bound too."""
+        out = [0.0] * len(views.views)
+        lazy: set[int] = set()
+        total = 0.0
+        counting = True
+        for index in range(len(views.views) - 1, -1, -1):
+            value = None if index in deferred else self._view_estimate(
+                index, views, fps, distilled, counting)
             if value is None:
-                value = cache[key] = self._estimate(message)
-                if len(cache) > ESTIMATE_CACHE:
-                    cache.popitem(last=False)
-            out.append(value)
-        return out
+                lazy.add(index)
+            else:
+                out[index] = value
+                total += value
+            # Past the reach, stop after a request: whole turns leave the window, so the turn
+            # that crosses the reach is counted to its start.
+            if reach is not None and total > reach and views.views[index].message.get(
+                    "role") == "user":
+                counting = False
+        return out, lazy
+
+    def _view_estimate(self, index: int, views: Views, fps: Sequence[str | None],
+                       distilled: dict[int, Distilled], count: bool = True) -> float | None:
+        """One view's estimate from the cache, else counted (None when ``count`` is false)."""
+        view = views.views[index]
+        fp = fps[view.source]
+        message = view.message
+        if index in distilled:
+            if distilled[index].message is None:
+                return 0.0  # left out with its exchange: never sent
+            message = distilled[index].message
+            fp = fp and f"{fp}:{distilled[index].key}"
+        key = None if fp is None else (fp, view.part)
+        value = None if key is None else self._estimates.get(key)
+        if value is not None or not count:
+            return value
+        value = self._estimate(message)
+        if key is not None:
+            self._estimates[key] = value
+            if len(self._estimates) > ESTIMATE_CACHE:
+                self._estimates.popitem(last=False)
+        return value
+
+    def _count_ahead(self, views: Views, fps: Sequence[str | None],
+                     distilled: dict[int, Distilled], lazy: set[int]) -> None:
+        """Spend at most ``spare_seconds`` counting uncounted views, newest first, so later
+        calls (calibration, a longer window) find them in the cache."""
+        deadline = time.perf_counter() + self.spare_seconds
+        for index in sorted(lazy, reverse=True):
+            if time.perf_counter() >= deadline:
+                return
+            self._view_estimate(index, views, fps, distilled)
 
     # --- the call -------------------------------------------------------------------------
 
@@ -203,7 +250,12 @@ class ContextService:
         usage: dict[str, Any] | None = None,
         ephemeral: Sequence[int] = (),
         judge: Judge | None = None,
+        after_id: str | None = None,
     ) -> dict[str, Any]:
+        stored: list[str] = []
+        if after_id is not None:
+            messages, fmt, ephemeral, stored = expand(self.ledger.session(session), after_id,
+                                                      messages, fmt, ephemeral)
         if fmt == "auto":
             fmt = detect_format(messages)
         elif fmt not in FORMATS:
@@ -214,16 +266,25 @@ class ContextService:
         views = to_views(messages, fmt)  # type: ignore[arg-type]
         ledger = self.ledger.session(session)
         skip = set(ephemeral) | set(views.resident)
-        fps = [None if i in skip else fingerprint(m) for i, m in enumerate(messages)]
+        fps = self._fingerprints.fingerprints(ledger.ref, messages, skip, stored)
         ids = chain_ids(fps)
         ledger.append(messages, ids, fmt)
+        self._fingerprints.remember(ids, fps)
         if not self.settings.enabled:
-            return _disabled(messages)
+            return _disabled(messages) | {"last_message_id": ledger.head}
 
-        distilled = self._distill(ledger, views, ids, skip, judge or LocalJudge(),
-                                  provider_of(model))
+        budget = token_budget if token_budget is not None else self.settings.token_budget
+        trim = trim_to_tokens if trim_to_tokens is not None else (
+            self.settings.trim_to_tokens if token_budget is None else None)
+        # Count exactly only back to where the window can reach (the largest limit the
+        # selector compares with); calibration sums every message, so it counts them all.
+        reach = None if self.reference or usage is not None else _reach(budget, trim,
+                                                                         model_window)
+        judge = judge or LocalJudge()
+        distilled, new, deferred = self._distill(ledger, views, ids, skip, judge,
+                                                 provider_of(model), reach)
         dropped = {i for i, d in distilled.items() if d.message is None}
-        estimates = self._view_estimates(views, fps, distilled)
+        estimates, lazy = self._view_estimates(views, fps, distilled, reach, deferred)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
         outgoing = [views.views[i].source in skip for i in range(len(views.views))]
@@ -246,19 +307,41 @@ class ContextService:
             resident, usage,
         )
         raw = LedgerHistory(views, ids, ledger.items())
-        budget = token_budget if token_budget is not None else self.settings.token_budget
-        trim = trim_to_tokens if trim_to_tokens is not None else (
-            self.settings.trim_to_tokens if token_budget is None else None)
-        selection = select_context(
-            [distilled[i].message or v.message if i in distilled else v.message
-             for i, v in enumerate(views.views)],
-            token_budget=budget, trim_to_tokens=trim, model_window=model_window,
-            resident_tokens=resident, estimates=estimates,
-            context_tokens=calibration.context_tokens if calibration else None,
-            token_estimates=calibration.token_estimates if calibration else None,
-            outgoing_only=outgoing, raw=raw, cut_state=cut_state,
-            notice_tokens=self.notice_tokens,
-        )
+
+        def choose(estimates: list[float]) -> Selection:
+            return select_context(
+                [distilled[i].message or v.message if i in distilled else v.message
+                 for i, v in enumerate(views.views)],
+                token_budget=budget, trim_to_tokens=trim, model_window=model_window,
+                resident_tokens=resident, estimates=estimates,
+                context_tokens=calibration.context_tokens if calibration else None,
+                token_estimates=calibration.token_estimates if calibration else None,
+                outgoing_only=outgoing, raw=raw, cut_state=cut_state,
+                notice_tokens=self.notice_tokens,
+            )
+
+        # Uncounted views carry 0, never more than their real estimate, and the selector only
+        # compares sums of estimates against limits (no calibration here: it needs usage, and
+        # with usage everything is counted). So any comparison that fails on these figures
+        # fails on the exact ones too: each view the selector evicted here, it evicts on the
+        # exact figures as well. If it kept an uncounted view, or raised (its message prints
+        # a sum), the answer may differ: count everything and select again.
+        try:
+            selection: Selection | None = choose(estimates)
+        except ContextSelectionError:
+            if not lazy:
+                raise
+            selection = None
+        if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
+            if deferred:  # judge the outputs left unjudged too: the full pass, from scratch
+                distilled, new, _ = self._distill(ledger, views, ids, skip, judge,
+                                                  provider_of(model), None)
+                dropped = {i for i, d in distilled.items() if d.message is None}
+            estimates, lazy = self._view_estimates(views, fps, distilled)
+            selection = choose(estimates)
+        assert selection is not None
+        if new:
+            ledger.append_decisions(new)
         recovery = selection.replacements or {}
         kept = [i for i in selection.indexes if i not in dropped]
         shown = [i for i in kept if i in distilled and i not in recovery]
@@ -275,6 +358,8 @@ class ContextService:
                        {"usage_by_response": usage_log, "model_window": model_window,
                         "calibrated": calibration is not None,
                         "evicted_messages": len(evicted_sources)})
+        if lazy:
+            self._count_ahead(views, fps, distilled, lazy)
         reply = {
             "messages": window,
             "mode": selection.mode,
@@ -286,8 +371,10 @@ class ContextService:
             "fallback_reason": selection.fallback_reason,
             "notice": selection.notice,
             "distilled": [distilled[i].report() for i in shown],
+            "last_message_id": ledger.head,
         }
-        self.latest[ledger.ref] = {k: v for k, v in reply.items() if k != "messages"} | {
+        self.latest[ledger.ref] = {k: v for k, v in reply.items()
+                                   if k not in ("messages", "last_message_id")} | {
             "model_window": model_window, "format": fmt, "input_messages": len(messages),
             "returned_messages": len(window), "calibrated": calibration is not None,
         }
@@ -302,22 +389,29 @@ class ContextService:
                            for i in positions]
 
     def plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
-             ephemeral: Sequence[int] = (), model: str | None = None) -> Plan | None:
+             ephemeral: Sequence[int] = (), model: str | None = None,
+             after_id: str | None = None) -> Plan | None:
         """What this request's distillation pass would judge, without storing anything: the
         sampling judge asks the host's model about ``plan.segments`` before the call runs."""
         config = self.settings.distill
         if not (self.settings.enabled and config.enabled):
             return None
+        stored: list[str] = []
+        if after_id is not None:
+            messages, fmt, ephemeral, stored = expand(self.ledger.session(session), after_id,
+                                                      messages, fmt, ephemeral)
         fmt = detect_format(messages) if fmt == "auto" else fmt
         views = to_views(messages, fmt)  # type: ignore[arg-type]
         skip = set(ephemeral) | set(views.resident)
-        ids = chain_ids([None if i in skip else fingerprint(m) for i, m in enumerate(messages)])
+        ids = chain_ids(self._fingerprints.fingerprints(
+            self.ledger.session(session).ref, messages, skip, stored))
         _, entries = self.entries(views, ids, skip)
         return self._plan(self.ledger.session(session), entries, provider_of(model))
 
     def _plan(self, ledger: LedgerSession, entries: Sequence[tuple[str, Any]],
               provider: str | None,
-              prior: Mapping[int, dict[str, Any] | None] | None = None) -> Plan | None:
+              prior: Mapping[int, dict[str, Any] | None] | None = None,
+              reach: int = 0) -> Plan | None:
         """The pass's plan over the conversation as the window already shows it (earlier
         decisions applied: an exchange holding a distilled output is costed at its distilled
         size, so savings are never counted twice). Cached, because the sampling judge plans
@@ -326,43 +420,48 @@ class ContextService:
         decisions change (``paging.distill.apply.changed``), when the caller has it already."""
         decisions = ledger.decisions
         key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
-               provider)
+               provider, reach)
         if key in self._plans:
             self._plans.move_to_end(key)
             return self._plans[key]
         if prior is None:
             prior = changed(entries, decisions)
         plan = plan_pass(applied(entries, prior), self.settings.distill, decisions,
-                         provider=provider)
+                         provider=provider, reach=reach)
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
         return plan
 
     def _distill(self, ledger: LedgerSession, views: Views, ids: Sequence[str | None],
-                 outgoing: set[int], judge: Judge, provider: str | None) -> dict[int, Distilled]:
+                 outgoing: set[int], judge: Judge, provider: str | None,
+                 reach: float | None = None,
+                 ) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
         """This call's distillation: view index -> the view as sent (None: left out of the
-        window, part of an omitted exchange) and the decision behind it."""
+        window, part of an omitted exchange) and the decision behind it; the new decisions
+        (the caller stores them once the window is chosen); and the views of large outputs
+        left unjudged because they lie beyond ``reach`` tokens of content (chars/4)."""
         config = self.settings.distill
         if not config.enabled:
-            return {}
+            return {}, [], set()
         positions, entries = self.entries(views, ids, outgoing)
         changes = changed(entries, ledger.decisions)  # what the window already shows
+        plan = None
         try:
-            plan = self._plan(ledger, entries, provider, changes)
+            plan = self._plan(ledger, entries, provider, changes, _entry_reach(entries, reach))
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
             shown = applied(entries, changes) if new else []
             new = [self._measured(d, shown) for d in new]
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
-        if new:
-            ledger.append_decisions(new)
-            if any(d.edits for d in new):
-                changes = changed(entries, ledger.decisions)
+        deferred = {positions[p] for p in plan.deferred} if plan is not None else set()
+        decisions = [*ledger.decisions, *new]
+        if any(d.edits for d in new):
+            changes = changed(entries, decisions)
         if not changes:
-            return {}
-        in_force = {t: d for t, d in latest(ledger.decisions).items() if d.edits}
+            return {}, new, deferred
+        in_force = {t: d for t, d in latest(decisions).items() if d.edits}
         by_view = {positions[p]: message for p, message in changes.items()}
         result: dict[int, Distilled] = {}
         owner: Decision | None = None
@@ -381,7 +480,7 @@ class ContextService:
             if decision.action == "omit_exchange":
                 owner = decision
             result[index] = Distilled(dict(message), decision)
-        return result
+        return result, new, deferred
 
     def _measured(self, decision: Decision, entries: Sequence[tuple[str, Any]]) -> Decision:
         """The decision with the tokens it saves, counted with this server's tokenizer."""
@@ -475,6 +574,35 @@ class Distilled:
                     "recall": exchange_recall(d.target)}
         return {"tool_call_id": d.target, "action": d.action, "judge": d.judge, **saved,
                 "recall": output_recall(d.target)}
+
+
+def _entry_reach(entries: Sequence[tuple[str, Any]], reach: float | None) -> int:
+    """The first entry distillation judges: where the newest entries' content reaches twice
+    ``reach`` tokens at characters/4 (cheap; a margin, not a bound — the caller checks that the
+    window kept nothing older and redoes the pass in full otherwise). 0: judge everything."""
+    if reach is None:
+        return 0
+    total = 0.0
+    for position in range(len(entries) - 1, -1, -1):
+        total += content_chars(entries[position][1]) / 4
+        if total > 2 * reach:
+            return position
+    return 0
+
+
+def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:
+    """How many tokens of messages the window can hold at most: the largest limit the selector
+    compares a sum with. None (count everything) when the limits are invalid: the selector then
+    raises its own error."""
+    try:
+        limits = context_limits(budget, trim, model_window)
+    except ContextSelectionError:
+        return None
+    # Without a model window the model limit is unbounded; only protected overflow compares
+    # with it, and that keeps the newest exchange, which is counted (or the call recounts).
+    finite = [v for v in (limits.budget_tokens, limits.target_tokens, limits.model_limit)
+              if math.isfinite(v)]
+    return max(finite)
 
 
 def provider_of(model: str | None) -> str | None:

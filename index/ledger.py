@@ -38,8 +38,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from context_paging.index.canonical import canonical
+from context_paging.index.canonical import line as json_line
 from context_paging.index.history import HistoryItem, project
-from context_paging.index.jsonl import FileCursor, Issue
+from context_paging.index.jsonl import FileCursor, Issue, file_identity
 from context_paging.index.model import Message
 from context_paging.index.sources.hosts import host_messages
 from context_paging.paging.distill import Decision
@@ -64,11 +66,10 @@ def check_session_id(session: str) -> str:
 def fingerprint(message: Any) -> str:
     """Content hash of one message: canonical JSON (sorted keys, ASCII), stable across processes.
 
-    SHA-256 because it is the fastest hash here (CPU instructions): the whole conversation is
-    fingerprinted on every call, so this is select_context's largest fixed cost.
+    SHA-256 because it is the fastest hash here (CPU instructions). The canonical bytes come
+    from :func:`index.canonical.canonical` (orjson where it writes the same bytes).
     """
-    text = json.dumps(message, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+    return hashlib.sha256(canonical(message)).hexdigest()[:32]
 
 
 def chain_ids(fingerprints: Sequence[str | None]) -> list[str | None]:
@@ -149,12 +150,17 @@ class LedgerSession:
         if not decisions:
             return
         self.refresh()
-        self._write([{"type": "decision", "ts": _now(), "decision": d.to_dict()}
-                     for d in decisions])
-        self.refresh()  # read back in ledger order, after any other process's lines
+        lines = [{"type": "decision", "ts": _now(), "decision": d.to_dict()} for d in decisions]
+        if self._write(lines):  # nothing else was written in between: these are the next lines
+            self.decisions.extend(Decision.from_dict(line["decision"]) for line in lines)
+        else:
+            self.refresh()  # read back in ledger order, after any other process's lines
 
-    def _write(self, lines: list[dict[str, Any]]) -> None:
-        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    def _write(self, lines: list[dict[str, Any]]) -> bool:
+        """Append the lines under the lock. Returns True when the file held exactly what this
+        session had read before them, and moves the cursor past them: a 15 MB first append is
+        then not read back and parsed again (the caller has the lines already)."""
+        data = b"".join(json_line(line) for line in lines)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -162,11 +168,21 @@ class LedgerSession:
                 size = os.fstat(handle.fileno()).st_size
                 if size and _last_byte(self.path) != b"\n":
                     _cut_partial_line(handle, self.path)
-                handle.write(data.encode("utf-8", "surrogatepass"))
+                start = os.fstat(handle.fileno()).st_size
+                handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+                stat = os.fstat(handle.fileno())
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+        cursor = self.cursor
+        if start != cursor.offset or (start and stat.st_ino != cursor.inode):
+            return False
+        cursor.offset, cursor.next_line = stat.st_size, cursor.next_line + len(lines)
+        cursor.size, cursor.mtime_ns, cursor.inode = stat.st_size, stat.st_mtime_ns, stat.st_ino
+        if start == 0:
+            cursor.head = file_identity(str(self.path))["head"]  # type: ignore[assignment]
+        return True
 
     def path_ids(self) -> list[str]:
         """Ids from the first message to the head (the conversation the host sent last)."""
@@ -177,6 +193,20 @@ class LedgerSession:
             seen.add(current)
             out.append(current)
             current = self.records[current].get("parent")
+        return out[::-1]
+
+    def path_to(self, message_id: str) -> list[str] | None:
+        """Ids from the first message to ``message_id``, or None if it is not stored here."""
+        out: list[str] = []
+        seen: set[str] = set()
+        current: str | None = message_id
+        while current is not None:
+            record = self.records.get(current)
+            if record is None or current in seen:
+                return None
+            seen.add(current)
+            out.append(current)
+            current = record.get("parent")
         return out[::-1]
 
     def messages(self) -> list[Message]:

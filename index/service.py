@@ -89,9 +89,10 @@ class History:
         return reply
 
     def distill_plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
-                     ephemeral: Sequence[int] = (), model: str | None = None) -> Plan | None:
+                     ephemeral: Sequence[int] = (), model: str | None = None,
+                     after_id: str | None = None) -> Plan | None:
         """What ``select_context`` would judge for this request (nothing is stored)."""
-        return self.context.plan(session, messages, fmt, ephemeral, model)
+        return self.context.plan(session, messages, fmt, ephemeral, model, after_id)
 
     @property
     def distill_config(self) -> DistillConfig:

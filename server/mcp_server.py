@@ -135,6 +135,9 @@ class SelectContextResult(BaseModel):
     frontier: dict[str, Any] | None
     fallback_reason: str | None
     notice: str | None
+    last_message_id: str | None = Field(default=None, description=(
+        "Id of the newest message now stored for the session: pass it as after_id next time "
+        "and send only the messages after it"))
     distilled: list[dict[str, Any]] = Field(description=(
         "What this window carries shortened or left out, one entry each: tool_call_id (an "
         "output) or history_id (an omitted exchange), action (distill, remove, drop_image, "
@@ -438,20 +441,20 @@ def create_server(settings: Settings, history: History | None = None,
 
     async def sampling_prompts(session: str, messages: list, format: str,
                                ephemeral: list | None, model: str | None,
-                               ctx: Context) -> list[Prompt]:
+                               after_id: str | None, ctx: Context) -> list[Prompt]:
         """2026-era connections: the prompts this call's resolver slots ask (server/sampling)."""
         if not (sampler.slots and uses_input_required(ctx) and can_sample(ctx)):
             return []
         try:
             plan = await run(history.distill_plan, session, messages, format, ephemeral or (),
-                             model, recovery=False)
+                             model, after_id, recovery=False)
         except Exception:  # the tool body reports a bad request with its proper error
             return []
         return sampler.prompts(plan)[: sampler.slots]
 
     sampling_prompts.__annotations__ = {
         "session": str, "messages": list, "format": str, "ephemeral": list | None,
-        "model": str | None, "ctx": Context, "return": list}
+        "model": str | None, "after_id": str | None, "ctx": Context, "return": list}
     prompts_param = Annotated[list, Resolve(sampling_prompts)]
 
     def sampling_slot(k: int) -> Callable[..., Sample | None]:
@@ -466,7 +469,8 @@ def create_server(settings: Settings, history: History | None = None,
 
     async def judge_for(ctx: Context, prompts: list[Prompt], samples: dict[str, Any],
                         session: str, messages: list, fmt: str,
-                        ephemeral: list[int] | None, model: str | None) -> SamplingJudge | None:
+                        ephemeral: list[int] | None, model: str | None,
+                        after_id: str | None = None) -> SamplingJudge | None:
         """The sampling judge with this call's answers, or None (local) without sampling."""
         if not sampler.slots or not can_sample(ctx):
             return None
@@ -475,7 +479,7 @@ def create_server(settings: Settings, history: History | None = None,
             return SamplingJudge(sampler.in_time(list(results), results), results, sampler)
         try:
             plan = await run(history.distill_plan, session, messages, fmt, ephemeral or (),
-                             model, recovery=False)
+                             model, after_id, recovery=False)
         except Exception:  # select_context reports a bad request; anything else: local judge
             log.debug("no sampling plan for this call", exc_info=True)
             return None
@@ -487,7 +491,8 @@ def create_server(settings: Settings, history: History | None = None,
         session: Annotated[str, Field(max_length=140, description="Ledger session id for this "
                                       "conversation (letters, digits, '.', '_', '-')")],
         messages: Annotated[list[dict[str, Any]], Field(description="The full outgoing "
-                                                        "conversation, oldest first")],
+                                                        "conversation, oldest first; with "
+                                                        "after_id, only the messages after it")],
         format: Literal["auto", "anthropic", "openai", "pi"] = "auto",
         system: Annotated[str | list[dict[str, Any]] | None, Field(
             description="System prompt (resident input, counted once)")] = None,
@@ -504,23 +509,27 @@ def create_server(settings: Settings, history: History | None = None,
                                              "response, for calibration")] = None,
         ephemeral: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
             description="Indexes of outgoing-only messages, never stored as history")] = None,
+        after_id: Annotated[str | None, Field(max_length=64, description=(
+            "A last_message_id from an earlier reply: messages then holds only what follows it. "
+            "An id the server does not hold fails with UNKNOWN_AFTER_ID: send everything"))] = None,
         *,
         ctx: Context,
         sampling_prompts: list[Prompt] | None = None,
         **samples: Any,
     ) -> Annotated[CallToolResult, SelectContextResult]:
-        """Call before every model request with the whole conversation. Stores new messages in
+        """Call before every model request with the whole conversation, or with after_id and
+        only the messages after it. Stores new messages in
         the session's ledger, then returns the window to send: the newest messages that fit the
         token budget, whole oldest turns replaced by a short notice once the budget is exceeded,
         with a stable cut point so prompt caches keep hitting. Errors start with their code."""
         judge = await judge_for(ctx, sampling_prompts or [], samples, session, messages,
-                                format, ephemeral, model)
+                                format, ephemeral, model, after_id)
         reply = await run(
             history.select_context, session, messages, fmt=format, system=system, tools=tools,
             model=model, model_window=model_window, token_budget=token_budget,
             trim_to_tokens=trim_to_tokens,
             usage=usage.model_dump(exclude_none=True) if usage else None,
-            ephemeral=ephemeral or (), judge=judge, recovery=False,
+            ephemeral=ephemeral or (), judge=judge, after_id=after_id, recovery=False,
         )
         return _reply(SelectContextResult(**reply))
 

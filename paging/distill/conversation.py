@@ -232,11 +232,24 @@ def _range(arguments: Mapping[str, Any]) -> tuple[Any, Any]:
     return arguments.get("offset", 1), arguments.get("limit")
 
 
+CallFacts = tuple[str, str | None, tuple[Any, Any], str | None]  # name, path, range, command
+
+
+def call_facts(calls: Sequence[Call]) -> list[CallFacts]:
+    """What :func:`superseded_by` compares, per call: worked out once for a whole pass."""
+    return [(c.name.lower(), _path(c.arguments), _range(c.arguments), _command(c.arguments))
+            for c in calls]
+
+
 def superseded_by(
-    tool: str, arguments: Mapping[str, Any], turn: int, calls: Sequence[Call]
+    tool: str, arguments: Mapping[str, Any], turn: int, calls: Sequence[Call],
+    facts: Sequence[CallFacts] | None = None,
 ) -> str | None:
-    """Why a newer call made this output out of date, or None (§7; later turns only)."""
-    later = [c for c in calls if c.turn > turn]
+    """Why a newer call made this output out of date, or None (§7; later turns only).
+    ``facts``: :func:`call_facts` of ``calls``, from a caller that asks about many outputs."""
+    if facts is None:
+        facts = call_facts(calls)
+    later = [(c, f) for c, f in zip(calls, facts, strict=True) if c.turn > turn]
 
     def when(call: Call) -> str:
         return plural(call.turn - turn, "turn") + " later"
@@ -244,35 +257,36 @@ def superseded_by(
     name = tool.lower()
     path = _path(arguments)
     if name in _READ_TOOLS and path is not None:
-        for call in later:
-            if call.name.lower() in _WRITE_TOOLS and _path(call.arguments) == path:
+        for call, (other, where, _, _) in later:
+            if other in _WRITE_TOOLS and where == path:
                 return f"the file changed after this read ({call.label}, {when(call)})"
-        for call in later:
-            if (
-                call.name.lower() in _READ_TOOLS
-                and _path(call.arguments) == path
-                and _range(call.arguments) == _range(arguments)
-            ):
+        lines = _range(arguments)
+        for call, (other, where, span, _) in later:
+            if other in _READ_TOOLS and where == path and span == lines:
                 return f"the same lines were read again later ({call.label}, {when(call)})"
         return None
     command = _command(arguments)
     if command is not None:
-        for call in later:
-            if _command(call.arguments) == command:
+        for call, (_, _, _, ran) in later:
+            if ran == command:
                 return f"the same command ran again later ({when(call)})"
         return None
     own = dumps(arguments)
-    for call in later:
+    for call, _ in later:
         if call.name == tool and dumps(call.arguments) == own:
             return f"the same {tool} call ran again later ({when(call)})"
     return None
 
 
 def later_calls_for(
-    turn: int, calls: Sequence[Call], limit: int = LATER_CALLS_LIMIT
+    turn: int, calls: Sequence[Call], limit: int = LATER_CALLS_LIMIT,
+    labels: Sequence[str] | None = None,
 ) -> tuple[str, ...]:
-    """Labels of the calls made after ``turn``; a long list keeps both ends."""
-    labels = [c.label for c in calls if c.turn > turn]
+    """Labels of the calls made after ``turn``; a long list keeps both ends. ``labels``: the
+    calls' labels computed once by a caller that asks for many turns (linear, not quadratic)."""
+    if labels is None:
+        labels = [c.label for c in calls]
+    labels = [label for c, label in zip(calls, labels, strict=True) if c.turn > turn]
     if len(labels) <= limit:
         return tuple(labels)
     half = limit // 2

@@ -22,10 +22,12 @@ from context_paging.paging.distill.config import DistillConfig
 from context_paging.paging.distill.conversation import (
     EDITABLE_ROLES,
     Call,
+    CallFacts,
     Message,
     assistant_count,
     assistant_texts,
     blocks,
+    call_facts,
     calls_of,
     content_chars,
     image_cost,
@@ -91,13 +93,18 @@ def collect_outputs(
     ceiling: int | None = None,
     youngest: int | None = None,
     skip: Container[str] = frozenset(),
+    reach: int = 0,
 ) -> list[OutputItem]:
     """Candidate outputs of the run [start, end) with ``floor ≤ len < ceiling``, made at a turn
-    ≤ ``youngest`` (mid-run), whose call id is not in ``skip``."""
+    ≤ ``youngest`` (mid-run), whose call id is not in ``skip``. Those before entry ``reach``
+    are only counted (their ``superseded`` and ``later_calls`` stay empty): the pass will not
+    judge them (``plan_pass``'s ``reach``)."""
     calls = calls_of(messages, start, end)
     by_id = {c.id: c for c in calls}
     excluded = {t.lower() for t in config.exclude_tools}
     items: list[OutputItem] = []
+    labels: list[str] | None = None  # built once, on the first candidate
+    facts: list[CallFacts] = []
     for i in range(start, end):
         message = messages[i]
         call = by_id.get(message.get("toolCallId")) if role(message) == "toolResult" else None
@@ -118,8 +125,13 @@ def collect_outputs(
             or is_marked(text)
         ):
             continue
-        superseded = superseded_by(tool, call.arguments, call.turn, calls) or ""
-        later = later_calls_for(call.turn, calls)
+        if i < reach:
+            items.append(OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error))
+            continue
+        if labels is None:
+            labels, facts = [c.label for c in calls], call_facts(calls)
+        superseded = superseded_by(tool, call.arguments, call.turn, calls, facts) or ""
+        later = later_calls_for(call.turn, calls, labels=labels)
         items.append(
             OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error, superseded,
                        later)

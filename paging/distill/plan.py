@@ -107,6 +107,9 @@ class Plan:
     turns: int  # assistant messages in the conversation
     whole_context: bool
     factor: int
+    # Entry indexes of large outputs this pass leaves unjudged: older than ``reach`` (see
+    # plan_pass); their decisions are not made now and they stay as they are.
+    deferred: tuple[int, ...] = ()
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -137,8 +140,14 @@ def plan_pass(
     decisions: Iterable[Decision] = (),
     *,
     provider: str | None = None,
+    reach: int = 0,
 ) -> Plan | None:
-    """What this pass judges, or None when there is nothing to do now."""
+    """What this pass judges, or None when there is nothing to do now.
+
+    ``reach``: large outputs at entries before it are planned (they count towards the batch
+    and run-size rules exactly as always) but not judged: the caller knows the window cannot
+    hold them. A run-end pass with exchanges or images judges everything, because its
+    break-even gate weighs the other edits' positions."""
     if not config.enabled:
         return None
     ids = [str(i) for i, _ in entries]
@@ -152,10 +161,10 @@ def plan_pass(
         if len(starts) < 2 or not _finished(messages, starts[-2], current):
             return None
         return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
-                     whole)
+                     whole, reach)
     if config.mid_run and _between_tool_turns(messages, current):
         return _plan(ids, messages, config, latest(decisions), "mid-run", current,
-                     len(messages), whole)
+                     len(messages), whole, reach)
     return None
 
 
@@ -189,6 +198,7 @@ def _settled(decision: Decision | None, phase: Phase, run_id: str) -> bool:
 def _plan(
     ids: list[str], messages: list[Message], config: DistillConfig,
     known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
+    reach: int = 0,
 ) -> Plan | None:
     run_id = ids[start]
     skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
@@ -196,7 +206,7 @@ def _plan(
     if phase == "mid-run":
         youngest = assistant_count(messages, start) - 1 - config.mid_run_min_age_turns
     large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                            youngest=youngest, skip=skip)
+                            youngest=youngest, skip=skip, reach=reach)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
     small = collect_small(messages, start, end, config, youngest=youngest, skip=skip)
@@ -228,10 +238,15 @@ def _plan(
     batches, members = _batches(phase, config, small, exchanges)
     prints = {e.index: message_fingerprint(messages[e.index]) for e in exchanges}
     prints |= {im.index: message_fingerprint(messages[im.index]) for im in images}
+    if phase == "run-end" and (exchanges or images) and config.exchange_break_even and reach:
+        reach = 0  # the gate weighs every edit: judge every output, with its full facts
+        large = [*collect_outputs(messages, start, end, config, floor=config.min_result_chars,
+                                  youngest=youngest, skip=skip)] if large else []
     return Plan(phase, run_id, start, config, question,
-                tuple(_large(phase, config, item) for item in large), tuple(small),
-                tuple(exchanges), tuple(images), batches, members, prints, sizes,
-                assistant_count(messages), whole, factor)
+                tuple(_large(phase, config, item) for item in large if item.index >= reach),
+                tuple(small), tuple(exchanges), tuple(images), batches, members, prints, sizes,
+                assistant_count(messages), whole, factor,
+                tuple(item.index for item in large if item.index < reach))
 
 
 def _tier(

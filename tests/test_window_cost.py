@@ -1,0 +1,201 @@
+"""select_context's cost in proportion to the window (issue 12 items 3–4).
+
+The window-proportional path (exact counting only back to where the window can reach, fingerprints
+reused for an unchanged prefix, the ``after_id`` form) must answer exactly as the full
+computation does: ``ContextService.reference = True`` counts every message before selecting.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from context_paging.index.canonical import canonical, line, plain
+from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.ledger import Ledger
+from context_paging.index.request import FingerprintMemo, same
+from context_paging.paging.limits import ContextSelectionError
+
+
+def words(text: str) -> int:
+    """A deterministic stand-in tokenizer: fast, and not proportional to characters."""
+    return len(text.split()) + len(text) // 7
+
+
+def service(home: Path, reference: bool, budget: int = 1_000) -> ContextService:
+    svc = ContextService(Ledger(home), ContextSettings(token_budget=budget), words)
+    svc.reference = reference
+    svc.spare_seconds = 0.0  # counting ahead only fills a cache; keep runs deterministic
+    return svc
+
+
+def conversation(sizes: list[int], answers: list[bool]) -> list[dict]:
+    messages: list[dict] = []
+    for n, (size, answer) in enumerate(zip(sizes, answers, strict=True)):
+        body = "\n".join(f"src/mod{n}.py:{i} value={i * n} needle{n % 5}" for i in range(size))
+        messages += [
+            {"role": "user", "content": f"request {n}: look at mod{n}", "timestamp": n * 4},
+            {"role": "assistant", "stopReason": "toolUse", "timestamp": n * 4 + 1, "content": [
+                {"type": "toolCall", "id": f"c{n}", "name": "read",
+                 "arguments": {"path": f"src/mod{n}.py"}}]},
+            {"role": "toolResult", "toolCallId": f"c{n}", "toolName": "read", "isError": False,
+             "timestamp": n * 4 + 2, "content": [{"type": "text", "text": body}]},
+        ]
+        if answer:
+            messages.append({"role": "assistant", "stopReason": "stop", "timestamp": n * 4 + 3,
+                             "content": [{"type": "text", "text": f"mod{n} has needle{n % 5}"}]})
+    return messages
+
+
+def outcome(svc: ContextService, **kwargs) -> str:
+    """The reply (or the error) as canonical JSON, plus the state it leaves behind."""
+    try:
+        reply = svc.select("s", **kwargs)
+    except ContextSelectionError as exc:
+        reply = {"error": exc.code, "text": str(exc)}
+    state = svc.ledger.load_state("s")
+    return json.dumps([reply, state], sort_keys=True)
+
+
+calls = st.lists(st.tuples(st.integers(1, 12), st.booleans()), min_size=1, max_size=3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(0, 120), min_size=2, max_size=14),
+    answers=st.lists(st.booleans(), min_size=14, max_size=14),
+    budget=st.integers(150, 3_000),
+    trim=st.one_of(st.none(), st.integers(50, 3_000)),
+    window=st.one_of(st.none(), st.integers(150, 6_000)),
+    steps=calls,
+    tail=st.sampled_from(["user", "none"]),
+)
+def test_window_proportional_counting_answers_as_the_full_computation(
+        tmp_path_factory, sizes, answers, budget, trim, window, steps, tail):
+    messages = conversation(sizes, answers[: len(sizes)])
+    if tail == "user":
+        messages.append({"role": "user", "content": "summarize"})
+    home = tmp_path_factory.mktemp("fast")
+    fast = service(home, reference=False, budget=budget)
+    for grow, change_model in steps:
+        upto = min(len(messages), max(1, len(messages) - 3 * 12 + grow * 3))
+        args = {"messages": messages[:upto], "fmt": "pi", "system": "sys",
+                "model_window": window, "token_budget": budget, "trim_to_tokens": trim,
+                "model": "a/b" if change_model else "a/c"}
+        # The full computation from the very same stored state (ledger, decisions, cut).
+        copy = tmp_path_factory.mktemp("full")
+        shutil.copytree(home, copy, dirs_exist_ok=True)
+        full = service(copy, reference=True, budget=budget)
+        assert outcome(fast, **args) == outcome(full, **args)
+
+
+def test_an_uncounted_message_never_reaches_the_window(tmp_path):
+    """A budget far below the history: only the newest messages are counted exactly."""
+    messages = conversation([200] * 30, [True] * 30) + [{"role": "user", "content": "next"}]
+    fast, full = service(tmp_path / "a", False, 400), service(tmp_path / "b", True, 400)
+    reply = fast.select("s", messages, fmt="pi")
+    assert reply == full.select("s", messages, fmt="pi")
+    assert reply["mode"] == "paged"
+    assert len(fast._estimates) < len(full._estimates) / 2  # most of history left uncounted
+
+
+def test_after_id_with_the_new_messages_answers_as_the_whole_conversation(tmp_path):
+    messages = conversation([40] * 10, [True] * 10)
+    whole, delta = service(tmp_path / "a", False, 600), service(tmp_path / "b", False, 600)
+    first = delta.select("s", messages[:20], fmt="pi")
+    assert whole.select("s", messages[:20], fmt="pi") == first
+    reply = delta.select("s", messages[20:], after_id=first["last_message_id"])
+    assert reply == whole.select("s", messages, fmt="pi")
+    assert reply["last_message_id"] == delta.ledger.session("s").head
+
+
+def test_after_id_may_name_an_earlier_message_and_branch(tmp_path):
+    messages = conversation([10] * 4, [True] * 4)
+    svc = service(tmp_path, False)
+    svc.select("s", messages, fmt="pi")
+    earlier = svc.ledger.session("s").path_ids()[3]  # the first answer
+    edited = {"role": "user", "content": "a different turn"}
+    reply = svc.select("s", [edited], after_id=earlier)
+    assert reply["messages"][-1] == edited
+    assert reply == service(tmp_path / "other", False).select(
+        "s", [*messages[:4], edited], fmt="pi")
+
+
+@pytest.mark.parametrize("after_id", ["m0000", "", "not-an-id"])
+def test_an_unknown_after_id_is_a_coded_error_asking_for_everything(tmp_path, after_id):
+    svc = service(tmp_path, False)
+    svc.select("s", conversation([3], [True]), fmt="pi")
+    with pytest.raises(ContextSelectionError) as caught:
+        svc.select("s", [{"role": "user", "content": "more"}], after_id=after_id)
+    assert caught.value.code == "UNKNOWN_AFTER_ID"
+    assert "send the whole conversation" in str(caught.value)
+
+
+def test_after_id_of_another_session_is_unknown(tmp_path):
+    svc = service(tmp_path, False)
+    head = svc.select("s", conversation([3], [True]), fmt="pi")["last_message_id"]
+    with pytest.raises(ContextSelectionError, match="UNKNOWN_AFTER_ID|not a message"):
+        svc.select("t", [{"role": "user", "content": "more"}], after_id=head)
+
+
+def test_a_message_changed_in_place_gets_a_new_fingerprint():
+    memo = FingerprintMemo()
+    messages = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
+    first = memo.fingerprints("s", messages, ())
+    messages[0]["content"][0]["text"] = "b"  # a library host editing its own objects
+    assert memo.fingerprints("s", messages, ()) != first
+    assert memo.fingerprints("s", [{"role": "user", "content": [
+        {"type": "text", "text": "a"}]}], ()) == first
+
+
+def test_json_types_are_not_confused_by_python_equality():
+    assert 1 == 1.0 == True  # noqa: E712 — why ``same`` compares types
+    assert not same({"a": 1}, {"a": 1.0})
+    assert not same([True], [1])
+    assert same({"a": [1, "x", None]}, {"a": [1, "x", None]})
+    memo = FingerprintMemo()
+    assert memo.fingerprints("s", [{"n": 1}], ()) != memo.fingerprints("s", [{"n": 1.0}], ())
+
+
+def test_outputs_beyond_the_windows_reach_are_left_unjudged(tmp_path):
+    """One long run (a mid-run checkpoint): old outputs the window cannot hold get no decision
+    now, and the window is the one the full pass gives."""
+    messages = conversation([300] * 30, [False] * 30)
+    fast, full = service(tmp_path / "a", False, 12_000), service(tmp_path / "b", True, 12_000)
+    reply = fast.select("s", messages, fmt="pi")
+    assert reply == full.select("s", messages, fmt="pi")
+    judged, everything = fast.ledger.session("s").decisions, full.ledger.session("s").decisions
+    assert 0 < len(judged) < len(everything) / 2
+    assert {d.target for d in judged} <= {d.target for d in everything}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text()
+    | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(["\x7f", "é", "\ud800"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_the_fast_canonical_form_is_byte_for_byte_the_json_modules(value):
+    """Fingerprints, and so every stored history id, must not change with the encoder."""
+    assert canonical(value) == json.dumps(value, sort_keys=True,
+                                          separators=(",", ":")).encode("ascii")
+    # A ledger line reads back as the same value (compared as JSON text: NaN is never equal).
+    assert json.dumps(json.loads(line(value))) == json.dumps(value)
+
+
+def test_the_encoder_fast_path_is_taken_for_plain_messages():
+    pytest.importorskip("orjson")
+    message = {"role": "user", "content": [{"type": "text", "text": "a\nb\t\"c\""}], "n": 3}
+    assert plain(message) and not plain({"x": 1.5}) and not plain({1: "a"})
+    assert canonical(message) == json.dumps(message, sort_keys=True,
+                                            separators=(",", ":")).encode()
