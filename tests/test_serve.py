@@ -69,7 +69,7 @@ def test_serve_on_a_terminal_explains_itself_and_stops_on_ctrl_c_eof_and_sigterm
     deadline = time.monotonic() + WAIT
     by_ctrl_c, by_eof, by_sigterm = (Terminal(tmp_path / name) for name in ("a", "b", "c"))
     for terminal in (by_ctrl_c, by_eof, by_sigterm):
-        terminal.read_until(b"Ctrl-C stops it.", deadline)
+        terminal.read_until(b"Ctrl-C stops it.\r\n", deadline)  # the whole line
     os.write(by_ctrl_c.fd, b"\x03")  # what the key sends: the terminal turns it into SIGINT
     os.write(by_eof.fd, b"\x04")  # Ctrl-D at the start of a line: end of input
     os.kill(by_sigterm.pid, signal.SIGTERM)
