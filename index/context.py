@@ -48,9 +48,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_paging.index.history import HistoryItem
+from context_paging.index.landing import held_views, sent_keys, sent_tokens, to_land
 from context_paging.index.ledger import Ledger, LedgerSession, chain_ids
 from context_paging.index.request import FingerprintMemo, expand
 from context_paging.index.stats import Stats
+from context_paging.paging.cache_cost import horizon, prices_for
 from context_paging.paging.calibrate import Anchor, Sent, calibrate
 from context_paging.paging.distill import (
     Decision,
@@ -281,34 +283,49 @@ class ContextService:
         reach = None if self.reference or usage is not None else _reach(budget, trim,
                                                                          model_window)
         judge = judge or LocalJudge()
-        distilled, new, deferred = self._distill(ledger, views, ids, skip, judge,
-                                                 provider_of(model), reach)
+        state = self.ledger.load_state(session)
+        settings_key = [model, model_window]
+        # Edits of messages an earlier request already sent wait for a re-write of their prefix
+        # (issue 16, index/landing.py): ``everything`` is what the decisions would change,
+        # ``distilled`` what this window shows of it.
+        previous = sent_keys(state) if state.get("settings") == settings_key else None
+        base_keys = [f"{ids[v.source]}#{v.part}" if ids[v.source] else None
+                     for v in views.views]
+        everything, new, deferred = self._distill(ledger, views, ids, skip, judge,
+                                                  provider_of(model), reach)
+        held = held_views(everything, base_keys, previous)
+        distilled = {i: d for i, d in everything.items() if i not in held}
         dropped = {i for i, d in distilled.items() if d.message is None}
         estimates, lazy = self._view_estimates(views, fps, distilled, reach, deferred)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
         outgoing = [views.views[i].source in skip for i in range(len(views.views))]
-        state = self.ledger.load_state(session)
-        settings_key = [model, model_window]
         cut_state = None
         if state.get("settings") == settings_key and state.get("cut"):
             try:
                 cut_state = CutState.from_dict(state["cut"])
             except ValueError:
                 cut_state = None
-        keys = [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
-                + (f"~{distilled[i].key}" if i in distilled else "")
-                for i, v in enumerate(views.views)]
-        calibration = calibrate(
-            Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
-            else None,
-            keys, estimates, [str(v.message.get("role")) for v in views.views],
-            [v.message.get("stopReason") in ("aborted", "error") for v in views.views],
-            resident, usage,
-        )
+
+        def keys_of(distilled: dict[int, Distilled]) -> list[str | None]:
+            return [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
+                    + (f"~{distilled[i].key}" if i in distilled else "")
+                    for i, v in enumerate(views.views)]
+
+        def calibrated(keys: list[str | None], estimates: list[float]) -> Any:
+            return calibrate(
+                Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
+                else None,
+                keys, estimates, [str(v.message.get("role")) for v in views.views],
+                [v.message.get("stopReason") in ("aborted", "error") for v in views.views],
+                resident, usage,
+            )
+
+        keys = keys_of(distilled)
+        calibration = calibrated(keys, estimates)
         raw = LedgerHistory(views, ids, ledger.items())
 
-        def choose(estimates: list[float]) -> Selection:
+        def choose(estimates: list[float], distilled: dict[int, Distilled]) -> Selection:
             return select_context(
                 [distilled[i].message or v.message if i in distilled else v.message
                  for i, v in enumerate(views.views)],
@@ -327,19 +344,37 @@ class ContextService:
         # exact figures as well. If it kept an uncounted view, or raised (its message prints
         # a sum), the answer may differ: count everything and select again.
         try:
-            selection: Selection | None = choose(estimates)
+            selection: Selection | None = choose(estimates, distilled)
         except ContextSelectionError:
             if not lazy:
                 raise
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
             if deferred:  # judge the outputs left unjudged too: the full pass, from scratch
-                distilled, new, _ = self._distill(ledger, views, ids, skip, judge,
-                                                  provider_of(model), None)
+                everything, new, _ = self._distill(ledger, views, ids, skip, judge,
+                                                   provider_of(model), None)
+                held = held_views(everything, base_keys, previous)
+                distilled = {i: d for i, d in everything.items() if i not in held}
                 dropped = {i for i, d in distilled.items() if d.message is None}
+                keys = keys_of(distilled)
             estimates, lazy = self._view_estimates(views, fps, distilled)
-            selection = choose(estimates)
+            selection = choose(estimates, distilled)
         assert selection is not None
+        landed = set()
+        if held and previous is not None:
+            current = [None] * bool(selection.notice) + [keys[i] for i in selection.indexes]
+            room = selection.budget_tokens - selection.estimated_tokens
+            later = horizon(int(state.get("requests") or 0), room, float(state.get("growth") or 0))
+            prices = prices_for(provider_of(model), (state.get("usage_by_response") or {}).values())
+            landed = to_land(held, everything, selection.indexes, current, previous,
+                             sent_tokens(state), bool(selection.notice), prices, later)
+        if landed:  # one re-write carries every edit that lands: select again with them
+            distilled = distilled | {i: everything[i] for i in landed}
+            dropped = {i for i, d in distilled.items() if d.message is None}
+            keys = keys_of(distilled)
+            estimates, lazy = self._view_estimates(views, fps, distilled)
+            calibration = calibrated(keys, estimates)
+            selection = choose(estimates, distilled)
         if new:
             ledger.append_decisions(new)
         recovery = selection.replacements or {}
@@ -357,7 +392,8 @@ class ContextService:
                        calibration.overhead if calibration else 0.0,
                        {"usage_by_response": usage_log, "model_window": model_window,
                         "calibrated": calibration is not None,
-                        "evicted_messages": len(evicted_sources)})
+                        "evicted_messages": len(evicted_sources),
+                        **_pace(state, selection, cut_state)})
         if lazy:
             self._count_ahead(views, fps, distilled, lazy)
         reply = {
@@ -603,6 +639,19 @@ def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:
     finite = [v for v in (limits.budget_tokens, limits.target_tokens, limits.model_limit)
               if math.isfinite(v)]
     return max(finite)
+
+
+def _pace(state: Mapping[str, Any], selection: Selection,
+          cut_state: CutState | None) -> dict[str, Any]:
+    """Requests so far and the window's mean growth per request while the cut holds: how long
+    an edit's savings are read before the cut re-writes the prefix anyway (index/landing.py)."""
+    growth = float(state.get("growth") or 0.0)
+    before = (state.get("latest") or {}).get("estimated_tokens")
+    if isinstance(before, int | float) and selection.cut_state == cut_state:
+        step = selection.estimated_tokens - before
+        if step > 0:
+            growth = step if growth <= 0 else 0.8 * growth + 0.2 * step
+    return {"requests": int(state.get("requests") or 0) + 1, "growth": growth}
 
 
 def provider_of(model: str | None) -> str | None:

@@ -63,6 +63,9 @@ class ReplayOptions:
     estimator: str = "tiktoken"
     distill: bool = True
     model_window: int = 200_000
+    # "provider/id" as a host would pass it: sets the cache prices distillation's edits are
+    # weighed with (paging.cache_cost); None prices them as Anthropic's 5-minute cache.
+    model: str | None = None
     compaction: Compaction = Compaction()
     prices: Prices = Prices()
     recover_sample: int = 100  # identifiers looked up per session (evenly spread)
@@ -109,7 +112,7 @@ class Replay:
             "session": self.session,
             "options": {"budget": self.options.budget, "trim_to": self.options.trim_to,
                         "estimator": self.options.estimator, "distill": self.options.distill,
-                        "model_window": self.options.model_window,
+                        "model_window": self.options.model_window, "model": self.options.model,
                         "compaction": vars_of(self.options.compaction),
                         "prices": vars_of(self.options.prices), "format": "pi"},
             "requests": [{
@@ -257,7 +260,8 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                     progress(n, len(ends))
                 try:
                     reply = service.select_context(
-                        LEDGER, messages[:end], fmt="pi", model_window=options.model_window)
+                        LEDGER, messages[:end], fmt="pi", model=options.model,
+                        model_window=options.model_window)
                     current = _Window.of(reply)
                 except Exception as exc:  # a request the selector refuses is reported, not fatal
                     refused.append((n, f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,101 @@
+"""When distillation's edits reach the window: with the re-writes the cache pays anyway (issue 16).
+
+Distillation decides early and stores its decisions in the ledger as before. But an edit of a
+message the provider has already cached re-writes the cached prefix from that message on
+(``paging.cache_cost``), so a decision about a message that an earlier request sent unedited is
+*pending*: the window keeps sending that message's old bytes until
+
+* the prefix is re-written from an earlier position anyway (the cut advances, the notice
+  changes, an earlier edit lands): every pending edit after that position lands for free; or
+* the pending edits before that position together save enough, on the later requests, to pay
+  for re-writing from the first of them (``paging.cache_cost.pays``): then all of them land in
+  one re-write.
+
+A decision about a message no earlier request sent (new in this request) lands at once.
+
+Which edits have landed needs no state of its own: the previous window's calibration anchor,
+persisted with the cut, keys every message it sent by ledger id and part, with the decision's
+key appended when it was sent edited (``index.context``). A message sent edited stays edited; a
+message sent unedited whose decision is pending stays unedited; so consecutive windows are
+byte-stable and a restarted server continues exactly where it left off. Pending decisions are
+ordinary ledger decisions, so ``recall`` works on them as on any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from context_paging.paging.cache_cost import CachePrices, common_keys, pays
+
+
+def sent_keys(state: Mapping[str, Any]) -> list[str | None] | None:
+    """The keys of the previous window, in order (None for the notice and unstored messages), or
+    None when there was no previous window to compare with."""
+    anchor = state.get("anchor")
+    try:
+        return [k if isinstance(k, str) else None for k, _ in anchor["sent"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def sent_tokens(state: Mapping[str, Any]) -> list[float]:
+    try:
+        return [float(t) for _, t in state["anchor"]["sent"]]
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
+def held_views(distilled: Mapping[int, Any], base_keys: Sequence[str | None],
+               previous: Sequence[str | None] | None) -> set[int]:
+    """Views whose edit is pending: the previous window sent their message unedited. An
+    omitted exchange is held whole (its stub and the views it leaves out) when any part of it
+    was sent unedited. ``base_keys`` is each view's key without a decision suffix."""
+    if previous is None:
+        return set()
+    sent = set(k for k in previous if k is not None)
+    held_targets = set()
+    for index, d in distilled.items():
+        base = base_keys[index]
+        if base is not None and base in sent:
+            held_targets.add(d.decision.target)
+    return {i for i, d in distilled.items() if d.decision.target in held_targets}
+
+
+def saved_tokens(decision: Any) -> float:
+    if decision.saved_tokens is not None:
+        return float(decision.saved_tokens)
+    return decision.saved_chars / 4
+
+
+def to_land(held: set[int], distilled: Mapping[int, Any], window: Sequence[int],
+            current: Sequence[str | None], previous: Sequence[str | None],
+            previous_tokens: Sequence[float], notice: bool, prices: CachePrices,
+            later_requests: float) -> set[int]:
+    """The held views whose edits land in this request.
+
+    ``window`` are the selected view indexes, ``current`` the keys this request sends (notice
+    first when ``notice``), with held views unedited; ``previous`` / ``previous_tokens`` the
+    last request's keys and token estimates. Edits at or after the first position where the two
+    differ ride on that re-write; the ones before it land together only if their savings pay
+    for re-writing the prefix from the first of them."""
+    offset = 1 if notice else 0
+    position = {index: offset + n for n, index in enumerate(window)}
+    shared = common_keys(previous, current)
+    first: dict[str, int] = {}  # decision target -> its first position in the request
+    decisions: dict[str, Any] = {}
+    for index in held:
+        if index not in position:
+            continue  # evicted: no longer sent, so no longer matters
+        target = distilled[index].decision.target
+        decisions[target] = distilled[index].decision
+        first[target] = min(first.get(target, position[index]), position[index])
+    free = {t for t, p in first.items() if p >= shared}
+    costly = {t: p for t, p in first.items() if p < shared}
+    if costly:
+        start = min(costly.values())
+        rewrite = sum(previous_tokens[start:shared])
+        saved = sum(saved_tokens(decisions[t]) for t in costly)
+        if pays(rewrite, saved, later_requests, prices):
+            free |= set(costly)
+    return {i for i in held if distilled[i].decision.target in free}
