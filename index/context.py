@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_paging.index.history import HistoryItem
-from context_paging.index.landing import held_views, sent_keys, sent_tokens, to_land
+from context_paging.index.landing import held_targets, sent_keys, sent_tokens, to_land
 from context_paging.index.ledger import Ledger, LedgerSession, chain_ids
 from context_paging.index.request import FingerprintMemo, expand
 from context_paging.index.stats import Stats
@@ -289,28 +289,28 @@ class ContextService:
         # (issue 16, index/landing.py): ``everything`` is what the decisions would change,
         # ``distilled`` what this window shows of it.
         previous = sent_keys(state) if state.get("settings") == settings_key else None
-        base_keys = [f"{ids[v.source]}#{v.part}" if ids[v.source] else None
-                     for v in views.views]
+        outgoing = [views.views[i].source in skip for i in range(len(views.views))]
+
+        def keys_of(distilled: dict[int, Distilled]) -> list[str | None]:
+            return [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
+                    + (f"~{distilled[i].key}" if i in distilled else "")
+                    for i, v in enumerate(views.views)]
+
         everything, new, deferred = self._distill(ledger, views, ids, skip, judge,
                                                   provider_of(model), reach)
-        held = held_views(everything, base_keys, previous)
-        distilled = {i: d for i, d in everything.items() if i not in held}
+        held = held_targets(everything, keys_of(everything), previous)
+        distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                 held) if held else everything
         dropped = {i for i, d in distilled.items() if d.message is None}
         estimates, lazy = self._view_estimates(views, fps, distilled, reach, deferred)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
-        outgoing = [views.views[i].source in skip for i in range(len(views.views))]
         cut_state = None
         if state.get("settings") == settings_key and state.get("cut"):
             try:
                 cut_state = CutState.from_dict(state["cut"])
             except ValueError:
                 cut_state = None
-
-        def keys_of(distilled: dict[int, Distilled]) -> list[str | None]:
-            return [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
-                    + (f"~{distilled[i].key}" if i in distilled else "")
-                    for i, v in enumerate(views.views)]
 
         def calibrated(keys: list[str | None], estimates: list[float]) -> Any:
             return calibrate(
@@ -353,8 +353,9 @@ class ContextService:
             if deferred:  # judge the outputs left unjudged too: the full pass, from scratch
                 everything, new, _ = self._distill(ledger, views, ids, skip, judge,
                                                    provider_of(model), None)
-                held = held_views(everything, base_keys, previous)
-                distilled = {i: d for i, d in everything.items() if i not in held}
+                held = held_targets(everything, keys_of(everything), previous)
+                distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                         held) if held else everything
                 dropped = {i for i, d in distilled.items() if d.message is None}
                 keys = keys_of(distilled)
             estimates, lazy = self._view_estimates(views, fps, distilled)
@@ -369,7 +370,8 @@ class ContextService:
             landed = to_land(held, everything, selection.indexes, current, previous,
                              sent_tokens(state), bool(selection.notice), prices, later)
         if landed:  # one re-write carries every edit that lands: select again with them
-            distilled = distilled | {i: everything[i] for i in landed}
+            distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                     held - landed) if held - landed else everything
             dropped = {i for i, d in distilled.items() if d.message is None}
             keys = keys_of(distilled)
             estimates, lazy = self._view_estimates(views, fps, distilled)
@@ -495,8 +497,25 @@ class ContextService:
         decisions = [*ledger.decisions, *new]
         if any(d.edits for d in new):
             changes = changed(entries, decisions)
+        return self._shown(views, ids, positions, changes, decisions), new, deferred
+
+    def without(self, views: Views, ids: Sequence[str | None], outgoing: set[int],
+                decisions: Sequence[Decision], targets: Collection[str]) -> dict[int, Distilled]:
+        """The window's replacements with the newest decision of each of ``targets`` left out
+        (pending, index/landing.py): what those views showed before it, an earlier decision's
+        bytes or their own."""
+        newest = latest(decisions)
+        kept = [d for d in decisions if not (d.target in targets and newest.get(d.target) is d)]
+        positions, entries = self.entries(views, ids, outgoing)
+        return self._shown(views, ids, positions, changed(entries, kept), kept)
+
+    @staticmethod
+    def _shown(views: Views, ids: Sequence[str | None], positions: Sequence[int],
+               changes: Mapping[int, Any], decisions: Sequence[Decision]) -> dict[int, Distilled]:
+        """View index -> the view as sent under ``decisions`` (``changes`` is what they change,
+        by entry position)."""
         if not changes:
-            return {}, new, deferred
+            return {}
         in_force = {t: d for t, d in latest(decisions).items() if d.edits}
         by_view = {positions[p]: message for p, message in changes.items()}
         result: dict[int, Distilled] = {}
@@ -516,7 +535,7 @@ class ContextService:
             if decision.action == "omit_exchange":
                 owner = decision
             result[index] = Distilled(dict(message), decision)
-        return result, new, deferred
+        return result
 
     def _measured(self, decision: Decision, entries: Sequence[tuple[str, Any]]) -> Decision:
         """The decision with the tokens it saves, counted with this server's tokenizer."""

@@ -46,20 +46,21 @@ def sent_tokens(state: Mapping[str, Any]) -> list[float]:
         return []
 
 
-def held_views(distilled: Mapping[int, Any], base_keys: Sequence[str | None],
-               previous: Sequence[str | None] | None) -> set[int]:
-    """Views whose edit is pending: the previous window sent their message unedited. An
-    omitted exchange is held whole (its stub and the views it leaves out) when any part of it
-    was sent unedited. ``base_keys`` is each view's key without a decision suffix."""
+def held_targets(distilled: Mapping[int, Any], keys: Sequence[str | None],
+                 previous: Sequence[str | None] | None) -> set[str]:
+    """Decision targets whose edit is pending: the previous window sent one of their views, but
+    not as this decision makes it (``keys`` are the views' keys with the decision's suffix, as
+    ``index.context`` keys them). An omitted exchange is held whole."""
     if previous is None:
         return set()
-    sent = set(k for k in previous if k is not None)
-    held_targets = set()
+    sent = {k for k in previous if k is not None}
+    bases = {k.split("~", 1)[0] for k in sent}
+    held = set()
     for index, d in distilled.items():
-        base = base_keys[index]
-        if base is not None and base in sent:
-            held_targets.add(d.decision.target)
-    return {i for i, d in distilled.items() if d.decision.target in held_targets}
+        key = keys[index]
+        if key is not None and key not in sent and key.split("~", 1)[0] in bases:
+            held.add(d.decision.target)
+    return held
 
 
 def saved_tokens(decision: Any) -> float:
@@ -68,14 +69,15 @@ def saved_tokens(decision: Any) -> float:
     return decision.saved_chars / 4
 
 
-def to_land(held: set[int], distilled: Mapping[int, Any], window: Sequence[int],
+def to_land(held: set[str], distilled: Mapping[int, Any], window: Sequence[int],
             current: Sequence[str | None], previous: Sequence[str | None],
             previous_tokens: Sequence[float], notice: bool, prices: CachePrices,
             later_requests: float) -> set[int]:
-    """The held views whose edits land in this request.
+    """The held targets whose edits land in this request.
 
-    ``window`` are the selected view indexes, ``current`` the keys this request sends (notice
-    first when ``notice``), with held views unedited; ``previous`` / ``previous_tokens`` the
+    ``distilled`` is every decision's view (pending ones too), ``window`` the selected view
+    indexes, ``current`` the keys this request sends (notice first when ``notice``) as the
+    previous bytes of the held views; ``previous`` / ``previous_tokens`` the
     last request's keys and token estimates. Edits at or after the first position where the two
     differ ride on that re-write; the ones before it land together only if their savings pay
     for re-writing the prefix from the first of them."""
@@ -84,10 +86,10 @@ def to_land(held: set[int], distilled: Mapping[int, Any], window: Sequence[int],
     shared = common_keys(previous, current)
     first: dict[str, int] = {}  # decision target -> its first position in the request
     decisions: dict[str, Any] = {}
-    for index in held:
-        if index not in position:
-            continue  # evicted: no longer sent, so no longer matters
-        target = distilled[index].decision.target
+    for index, d in distilled.items():
+        target = d.decision.target
+        if target not in held or index not in position:
+            continue  # landed already, or evicted: no longer sent, so no longer matters
         decisions[target] = distilled[index].decision
         first[target] = min(first.get(target, position[index]), position[index])
     free = {t for t, p in first.items() if p >= shared}
@@ -98,4 +100,4 @@ def to_land(held: set[int], distilled: Mapping[int, Any], window: Sequence[int],
         saved = sum(saved_tokens(decisions[t]) for t in costly)
         if pays(rewrite, saved, later_requests, prices):
             free |= set(costly)
-    return {i for i in held if distilled[i].decision.target in free}
+    return free

@@ -306,15 +306,17 @@ def test_an_omitted_exchange_holding_a_distilled_output_saves_each_character_onc
     service = ContextService(Ledger(tmp_path / "home"), ContextSettings(
         token_budget=400_000, estimator="chars4",
         distill=DistillConfig(exchange_break_even=False)), None)
+    # No prompt cache ("none"): the omission lands on the call that decides it (with a cache
+    # it would wait for a re-write that pays, index/landing.py).
     first = service.select("twice", docker_run + [_user("pi", "Step 0: tidy src/parser.py.")],
-                           fmt="pi")
+                           fmt="pi", model="none/any")
     assert [d["tool_call_id"] for d in first["distilled"]] == ["call_docker"]
     conversation = docker_run
     for n in range(4):
         conversation += [_user("pi", f"Step {n}: tidy parse_tokens in src/parser.py."),
                          _answer("pi", f"Step {n} done.")]
     last = service.select("twice", conversation + [_user("pi", "Add type hints to parse_tokens.")],
-                          fmt="pi")
+                          fmt="pi", model="none/any")
     assert [d["action"] for d in last["distilled"]] == ["omit_exchange"]
     original = sum(len(m["content"]) if isinstance(m["content"], str) else
                    sum(len(b.get("text", "")) for b in m["content"]) for m in docker_run)
