@@ -367,8 +367,8 @@ class ContextService:
             room = selection.budget_tokens - selection.estimated_tokens
             later = horizon(int(state.get("requests") or 0), room, float(state.get("growth") or 0))
             prices = prices_for(provider_of(model), (state.get("usage_by_response") or {}).values())
-            landed = to_land(held, everything, selection.indexes, current, previous,
-                             sent_tokens(state), bool(selection.notice), prices, later)
+            landed = to_land(held, everything, keys_of(everything), current, previous,
+                             sent_tokens(state), prices, later)
         if landed:  # one re-write carries every edit that lands: select again with them
             distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
                                      held - landed) if held - landed else everything

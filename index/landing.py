@@ -69,29 +69,36 @@ def saved_tokens(decision: Any) -> float:
     return decision.saved_chars / 4
 
 
-def to_land(held: set[str], distilled: Mapping[int, Any], window: Sequence[int],
+def to_land(held: set[str], distilled: Mapping[int, Any], keys: Sequence[str | None],
             current: Sequence[str | None], previous: Sequence[str | None],
-            previous_tokens: Sequence[float], notice: bool, prices: CachePrices,
-            later_requests: float) -> set[int]:
+            previous_tokens: Sequence[float], prices: CachePrices,
+            later_requests: float) -> set[str]:
     """The held targets whose edits land in this request.
 
-    ``distilled`` is every decision's view (pending ones too), ``window`` the selected view
-    indexes, ``current`` the keys this request sends (notice first when ``notice``) as the
-    previous bytes of the held views; ``previous`` / ``previous_tokens`` the
-    last request's keys and token estimates. Edits at or after the first position where the two
-    differ ride on that re-write; the ones before it land together only if their savings pay
-    for re-writing the prefix from the first of them."""
-    offset = 1 if notice else 0
-    position = {index: offset + n for n, index in enumerate(window)}
+    ``distilled`` is every decision's view (pending ones too) and ``keys`` the views' keys;
+    ``current`` the keys this request sends with the pending edits held back, ``previous`` /
+    ``previous_tokens`` the last request's keys and token estimates. The request re-writes the
+    previous one from the first position where the two differ; held edits of messages the
+    previous request sent at or after that position ride on that re-write (or leave with the
+    cut); the ones before it land together only if their savings pay for re-writing the prefix
+    from the first of them."""
     shared = common_keys(previous, current)
-    first: dict[str, int] = {}  # decision target -> its first position in the request
+    where = {}
+    for n, key in enumerate(previous):
+        if key is not None:
+            where.setdefault(key.split("~", 1)[0], n)
+    first: dict[str, int] = {}  # decision target -> its first position in the last request
     decisions: dict[str, Any] = {}
     for index, d in distilled.items():
         target = d.decision.target
-        if target not in held or index not in position:
-            continue  # landed already, or evicted: no longer sent, so no longer matters
-        decisions[target] = distilled[index].decision
-        first[target] = min(first.get(target, position[index]), position[index])
+        key = keys[index]
+        if target not in held or key is None:
+            continue
+        p = where.get(key.split("~", 1)[0])
+        if p is None:
+            continue
+        decisions[target] = d.decision
+        first[target] = min(first.get(target, p), p)
     free = {t for t, p in first.items() if p >= shared}
     costly = {t: p for t, p in first.items() if p < shared}
     if costly:
