@@ -71,6 +71,7 @@ from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from context_paging.paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
 from context_paging.paging.limits import ContextSelectionError, context_limits
+from context_paging.paging.stubs import merge_stubs
 from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
 from context_paging.paging.tokens import counted_resident, counted_tokens
 from context_paging.paging.units import tool_call_ids
@@ -384,6 +385,8 @@ class ContextService:
         shown = [i for i in kept if i in distilled and i not in recovery]
         replacements = {i: distilled[i].text for i in shown} | recovery
         window = render(messages, views, kept, selection.notice, replacements)
+        window = merge_stubs(window, {distilled[i].text for i in shown
+                                      if distilled[i].decision.action == "omit_exchange"})
         usage_log = dict(state.get("usage_by_response") or {})
         newest = _newest_assistant(views, ids)
         if newest is not None and isinstance(usage, dict):

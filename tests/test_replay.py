@@ -235,6 +235,14 @@ def test_a_distillation_edit_without_a_cut_advance_is_counted_as_its_own_break(t
     t = result.totals()
     assert t["window"].breaks == {"distillation": len(breaks)}
     assert t["window"].cumulative < t["full"].cumulative
+    # each such break is reported with its price: the re-written tokens at write − read
+    priced = result.distillation_breaks()
+    assert [b["request"] for b in priced] == [r.index for r in breaks]
+    for b, r in zip(priced, breaks):
+        assert b["price"] == pytest.approx(r.window.rewritten * (1.25 - 0.1))
+        assert b["value"] == pytest.approx(max(0.0, b["saved_tokens"]) * 0.1
+                                           * b["later_requests"])
+        assert b["pays"] == (b["value"] >= b["price"])
 
 
 def test_under_a_prompt_cache_an_edit_that_does_not_pay_waits_and_breaks_nothing(tmp_path):
