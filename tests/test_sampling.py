@@ -21,7 +21,7 @@ from mcp.types import CreateMessageResult, ErrorData, TextContent
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
 from tests.conftest import ledger_home
-from tests.test_distill_e2e import ANSWER, CALL_ID, select, tool_result_text
+from tests.test_distill_e2e import ANSWER, CALL_ID, NO_CACHE, select, tool_result_text
 from tests.test_distill_e2e import anthropic_runs as e2e_runs
 
 pytestmark = pytest.mark.anyio
@@ -120,10 +120,12 @@ async def test_an_unreadable_answer_keeps_the_output_and_a_later_call_asks_again
     model = Model(answer=lambda p: next(answers) or json.dumps({"keep": chunk_with(p, NEEDED)}))
     server = create_server(load_settings(home=home))
     async with client(server, model, era) as c:
-        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        # No prompt cache: the decision the second call makes lands in that call (with a
+        # cache, the output the first call sent whole would stay whole until a re-write).
+        first = await select(c, "s", "anthropic", anthropic_runs(0), NO_CACHE)
         assert first["distilled"] == []
         assert tool_result_text("anthropic", first["messages"]) == GREP
-        again = await select(c, "s", "anthropic", anthropic_runs(0))
+        again = await select(c, "s", "anthropic", anthropic_runs(0), NO_CACHE)
         assert [d["judge"] for d in again["distilled"]] == ["sampling"]
         assert len(model.prompts) == 2
     server.history.close()
