@@ -375,9 +375,18 @@ class ContextService:
                                      held - landed) if held - landed else everything
             dropped = {i for i, d in distilled.items() if d.message is None}
             keys = keys_of(distilled)
+            held_estimates = estimates
             estimates, lazy = self._view_estimates(views, fps, distilled)
             calibration = calibrated(keys, estimates)
+            cut = selection
             selection = choose(estimates, distilled)
+            if (cut.cut_state != cut_state and selection.cut_state == cut_state
+                    and selection.estimated_tokens > selection.target_tokens):
+                # The edits only just fit the window under its budget: the cut would follow
+                # within a few requests and re-write it all again. Keep this request's cut and
+                # let the edits ride on it (the same views, sent edited).
+                saved = sum(held_estimates[i] - estimates[i] for i in cut.indexes)
+                selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
         if new:
             ledger.append_decisions(new)
         recovery = selection.replacements or {}
@@ -665,15 +674,16 @@ def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:
 
 def _pace(state: Mapping[str, Any], selection: Selection,
           cut_state: CutState | None) -> dict[str, Any]:
-    """Requests so far and the window's mean growth per request while the cut holds: how long
-    an edit's savings are read before the cut re-writes the prefix anyway (index/landing.py)."""
-    growth = float(state.get("growth") or 0.0)
+    """Requests so far and the window's mean growth per request while the cut holds (every
+    step, the large outputs with the small ones): how long an edit's savings are read before
+    the cut re-writes the prefix anyway (index/landing.py)."""
+    steps = state.get("growth_steps") or [0.0, 0]  # sum of growth, requests measured
     before = (state.get("latest") or {}).get("estimated_tokens")
     if isinstance(before, int | float) and selection.cut_state == cut_state:
-        step = selection.estimated_tokens - before
-        if step > 0:
-            growth = step if growth <= 0 else 0.8 * growth + 0.2 * step
-    return {"requests": int(state.get("requests") or 0) + 1, "growth": growth}
+        steps = [float(steps[0]) + max(0.0, selection.estimated_tokens - before),
+                 int(steps[1]) + 1]
+    return {"requests": int(state.get("requests") or 0) + 1, "growth_steps": steps,
+            "growth": steps[0] / steps[1] if steps[1] else 0.0}
 
 
 def provider_of(model: str | None) -> str | None:
