@@ -76,6 +76,13 @@ def home(tmp_path):
     return ledger_home(tmp_path, judge="sampling")
 
 
+def ledger_decisions(ledger: str) -> list[dict]:
+    """The decision lines of a ledger file, parsed (the ledger writes compact JSON where it
+    can, so a substring such as '"type": "decision"' does not find every line)."""
+    lines = (json.loads(line) for line in ledger.splitlines() if line.strip())
+    return [line["decision"] for line in lines if line.get("type") == "decision"]
+
+
 def configure(home, **values) -> None:
     config = home / "config.toml"
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
@@ -153,8 +160,7 @@ async def test_an_answer_after_the_time_budget_is_ignored(home, era):
         assert len(model.prompts) == 1
     server.history.close()
     ledger = (home / "ledger" / "s.jsonl").read_text()
-    decisions = [json.loads(line)["decision"] for line in ledger.splitlines()
-                 if '"type": "decision"' in line]
+    decisions = ledger_decisions(ledger)
     assert [(d["action"], d["judged"], d["reason"]) for d in decisions] == [
         ("keep", False, "timeout")]
 
@@ -232,9 +238,8 @@ async def test_small_outputs_are_batched_and_a_failed_batch_keeps_only_its_items
         assert removed == ["small_1", "small_4"]  # small_2, small_3 failed; small_0 is needed
     server.history.close()
     ledger = (home / "ledger" / "s.jsonl").read_text()
-    decisions = {d["target"]: (d["action"], d["judged"], d["reason"]) for d in (
-        json.loads(line)["decision"] for line in ledger.splitlines()
-        if '"type": "decision"' in line)}
+    decisions = {d["target"]: (d["action"], d["judged"], d["reason"])
+                 for d in ledger_decisions(ledger)}
     assert decisions["small_0"] == ("keep", True, "needed")
     assert decisions["small_2"][:2] == decisions["small_3"][:2] == ("keep", False)
 
