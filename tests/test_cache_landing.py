@@ -183,3 +183,34 @@ def test_held_edits_after_the_first_changed_message_ride_on_that_rewrite():
     # a cut that re-writes from the start carries every pending edit
     assert to_land({"a", "b"}, distilled, keys, ["m2#0", "m3#0"], previous, tokens,
                    PRICES["anthropic"], 1) == {"a", "b"}
+
+
+# --- an omitted exchange's stub and the next request (paging/stubs.py) -------------------------
+
+
+def test_a_stub_folds_into_the_next_plain_user_message_in_each_shape():
+    from context_paging.paging.stubs import merge_stubs
+
+    stub = "[distilled] An earlier exchange … recall({\"history_id\":\"m1\"})"
+    answer = {"role": "assistant", "content": "Done."}
+    # Pi / Anthropic: one text block; the next request a string
+    pi = [{"role": "user", "content": [{"type": "text", "text": stub}]},
+          {"role": "user", "content": "Next task."}, answer]
+    assert merge_stubs(pi, {stub}) == [
+        {"role": "user", "content": [{"type": "text", "text": stub},
+                                     {"type": "text", "text": "Next task."}]}, answer]
+    # OpenAI: the stub is a string; two stubs in a row fold into the same request
+    openai = [{"role": "user", "content": stub}, {"role": "user", "content": stub + "2"},
+              {"role": "user", "content": [{"type": "text", "text": "Next."}]}]
+    assert merge_stubs(openai, {stub, stub + "2"}) == [
+        {"role": "user", "content": [{"type": "text", "text": stub},
+                                     {"type": "text", "text": stub + "2"},
+                                     {"type": "text", "text": "Next."}]}]
+    # Anthropic tool results must come first in their message: the stub stays separate
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c",
+                                            "content": "ok"}]}
+    window = [{"role": "user", "content": [{"type": "text", "text": stub}]}, results]
+    assert merge_stubs(window, {stub}) == window
+    # an assistant message next (or nothing): unchanged
+    assert merge_stubs(pi[:1] + [answer], {stub}) == pi[:1] + [answer]
+    assert merge_stubs(pi[:1], {stub}) == pi[:1]
