@@ -15,7 +15,12 @@ full history of some request exceeds the budget):
 * recoverability at least 98 %.
 
     python bench/replay_eval.py [--estimator chars4|tiktoken] [--budgets 128000,24000]
-                                [--no-distill]
+                                [--no-distill] [--model provider/id]
+
+Issue 16's goals are checked on all sessions too: none costs more than its full history, the
+total cost is at most 0.9x compaction at 128k and 0.4x at smaller budgets, and every cache break
+caused by distillation alone paid for itself in hindsight (its re-write priced at write − read
+against the tokens it saved, read on each later request until the cut advanced).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ FIXTURES = next((p / "shared" / "fixtures" / "sessions" for p in Path(__file__).
                  if (p / "shared" / "fixtures" / "sessions").is_dir()),
                 Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "sessions")
 HEADER = ("session", "req", "peak F/C/W", "cumul F/C/W", "-vs F", "prefix", "cuts",
-          "cost/F", "cost/C", "recov", "breaks cut/dist/other")
+          "cost/F", "cost/C", "recov", "breaks cut/dist/other", "dist paid/price/value")
 
 
 def _k(x: float) -> str:
@@ -54,7 +59,16 @@ def row(name: str, r: Replay) -> tuple[str, ...]:
             f"{w.cost / f.cost:.2f}x" if f.cost else "—",
             f"{w.cost / c.cost:.2f}x" if c.cost else "—",
             f"{rec['found']}/{rec['identifiers']}" if rec["identifiers"] else "—",
-            f"{b.get('cut', 0)}/{b.get('distillation', 0)}/{b.get('other', 0)}")
+            f"{b.get('cut', 0)}/{b.get('distillation', 0)}/{b.get('other', 0)}",
+            _priced(r.distillation_breaks()))
+
+
+def _priced(breaks: Sequence[dict]) -> str:
+    """Distillation-alone breaks paid for in hindsight / their price / the reads they saved."""
+    if not breaks:
+        return "—"
+    return (f"{sum(b['pays'] for b in breaks)}/{_k(sum(b['price'] for b in breaks))}/"
+            f"{_k(sum(b['value'] for b in breaks))}")
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:
@@ -103,18 +117,50 @@ def summary(replays: Sequence[Replay], label: str) -> tuple[str, list[str]]:
     return line, goals
 
 
+def cache_goals(replays: Sequence[Replay], budget: int) -> list[str]:
+    """Issue 16's goals: no session above full history; total cost at most 0.9x compaction at
+    128k and 0.4x below it; distillation-alone breaks only where they pay."""
+    worst = max(replays, key=lambda r: _cost_ratio(r, "full"), default=None)
+    full = sum(r.totals()["full"].cost for r in replays)
+    comp = sum(r.totals()["compaction"].cost for r in replays)
+    window = sum(r.totals()["window"].cost for r in replays)
+    limit = 0.9 if budget >= 128_000 else 0.4
+    breaks = [b for r in replays for b in r.distillation_breaks()]
+    unpaid = [b for b in breaks if not b["pays"]]
+    out = []
+    if worst is not None:
+        ratio = _cost_ratio(worst, "full")
+        out.append(f"no session costs more than full history: worst {ratio:.2f}x "
+                   f"({Path(worst.session).stem[:40]}) ({'met' if ratio <= 1.0 else 'missed'})")
+    if comp:
+        out.append(f"total cost <= {limit}x compaction: {window / comp:.2f}x "
+                   f"({'met' if window / comp <= limit else 'missed'}); {window / full:.2f}x full")
+    out.append(f"distillation-alone breaks that pay: {len(breaks) - len(unpaid)}/{len(breaks)}, "
+               f"price {sum(b['price'] for b in breaks) / 1000:.1f}k for "
+               f"{sum(b['value'] for b in breaks) / 1000:.1f}k of cache reads saved "
+               f"({'met' if not unpaid else f'{len(unpaid)} did not pay'})")
+    return out
+
+
+def _cost_ratio(r: Replay, against: str) -> float:
+    t = r.totals()
+    return t["window"].cost / t[against].cost if t[against].cost else 1.0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--estimator", choices=("chars4", "tiktoken"), default="chars4")
     parser.add_argument("--budgets", default="128000,24000")
     parser.add_argument("--no-distill", action="store_true", help="paging alone")
+    parser.add_argument("--model", default=None, help="provider/id passed to select_context "
+                        "(sets the cache prices distillation weighs its edits with)")
     args = parser.parse_args(argv)
     files = sorted(args.fixtures.glob("*/*.jsonl"))
     started = time.perf_counter()
     for budget in (int(b) for b in args.budgets.split(",")):
         options = ReplayOptions(budget=budget, estimator=args.estimator,
-                                distill=not args.no_distill)
+                                distill=not args.no_distill, model=args.model)
         rows = [HEADER]
         done: list[Replay] = []
         for path in files:
@@ -128,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"C compaction at 167k to 3.5k, W window) ==")
         print(table(rows))
         paging = [r for r in done if r.totals()["full"].peak > budget]
+        for goal in cache_goals(done, budget):
+            print("  goal (issue 16, all sessions): " + goal)
         for label, group in (("all sessions", done), ("sessions that page", paging)):
             line, goals = summary(group, label)
             print(line)

@@ -48,9 +48,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_paging.index.history import HistoryItem
+from context_paging.index.landing import held_targets, sent_keys, sent_tokens, to_land
 from context_paging.index.ledger import Ledger, LedgerSession, chain_ids
 from context_paging.index.request import FingerprintMemo, expand
 from context_paging.index.stats import Stats
+from context_paging.paging.cache_cost import horizon, prices_for
 from context_paging.paging.calibrate import Anchor, Sent, calibrate
 from context_paging.paging.distill import (
     Decision,
@@ -69,6 +71,7 @@ from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from context_paging.paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
 from context_paging.paging.limits import ContextSelectionError, context_limits
+from context_paging.paging.stubs import merge_stubs
 from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
 from context_paging.paging.tokens import counted_resident, counted_tokens
 from context_paging.paging.units import normalize, tool_call_ids
@@ -285,32 +288,49 @@ class ContextService:
         reach = None if self.reference or usage is not None else _reach(budget, trim,
                                                                          model_window)
         judge = judge or LocalJudge()
-        distilled, new, deferred = self._distill(ledger, views, ids, skip, judge,
-                                                 provider_of(model), reach)
+        state = self.ledger.load_state(session)
+        settings_key = [model, model_window]
+        # Edits of messages an earlier request already sent wait for a re-write of their prefix
+        # (issue 16, index/landing.py): ``everything`` is what the decisions would change,
+        # ``distilled`` what this window shows of it.
+        previous = sent_keys(state) if state.get("settings") == settings_key else None
+        outgoing = [views.views[i].source in skip for i in range(len(views.views))]
+
+        def keys_of(distilled: dict[int, Distilled]) -> list[str | None]:
+            return [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
+                    + (f"~{distilled[i].key}" if i in distilled else "")
+                    for i, v in enumerate(views.views)]
+
+        everything, new, deferred = self._distill(ledger, views, ids, skip, judge,
+                                                  provider_of(model), reach)
+        held = held_targets(everything, keys_of(everything), previous)
+        distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                 held) if held else everything
         dropped = {i for i, d in distilled.items() if d.message is None}
         estimates, lazy = self._view_estimates(views, fps, distilled, reach, deferred)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
-        outgoing = [views.views[i].source in skip for i in range(len(views.views))]
-        state = self.ledger.load_state(session)
-        settings_key = [model, model_window]
         cut_state = None
         if state.get("settings") == settings_key and state.get("cut"):
             try:
                 cut_state = CutState.from_dict(state["cut"])
             except ValueError:
                 cut_state = None
-        keys = _keys(views, ids, outgoing, distilled)
-        calibration = calibrate(
-            Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
-            else None,
-            keys, estimates, [str(v.message.get("role")) for v in views.views],
-            [v.message.get("stopReason") in ("aborted", "error") for v in views.views],
-            resident, usage,
-        )
+
+        def calibrated(keys: list[str | None], estimates: list[float]) -> Any:
+            return calibrate(
+                Anchor.from_dict(state.get("anchor")) if state.get("settings") == settings_key
+                else None,
+                keys, estimates, [str(v.message.get("role")) for v in views.views],
+                [v.message.get("stopReason") in ("aborted", "error") for v in views.views],
+                resident, usage,
+            )
+
+        keys = keys_of(distilled)
+        calibration = calibrated(keys, estimates)
         raw = LedgerHistory(views, ids, ledger.items())
 
-        def choose(estimates: list[float]) -> Selection:
+        def choose(estimates: list[float], distilled: dict[int, Distilled]) -> Selection:
             return select_context(
                 [distilled[i].message or v.message if i in distilled else v.message
                  for i, v in enumerate(views.views)],
@@ -329,20 +349,48 @@ class ContextService:
         # exact figures as well. If it kept an uncounted view, or raised (its message prints
         # a sum), the answer may differ: count everything and select again.
         try:
-            selection: Selection | None = choose(estimates)
+            selection: Selection | None = choose(estimates, distilled)
         except ContextSelectionError:
             if not lazy:
                 raise
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
             if deferred:  # judge the outputs left unjudged too: the full pass, from scratch
-                distilled, new, _ = self._distill(ledger, views, ids, skip, judge,
-                                                  provider_of(model), None)
+                everything, new, _ = self._distill(ledger, views, ids, skip, judge,
+                                                   provider_of(model), None)
+                held = held_targets(everything, keys_of(everything), previous)
+                distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                         held) if held else everything
                 dropped = {i for i, d in distilled.items() if d.message is None}
-                keys = _keys(views, ids, outgoing, distilled)  # (calibration is None here)
+                keys = keys_of(distilled)
             estimates, lazy = self._view_estimates(views, fps, distilled)
-            selection = choose(estimates)
+            selection = choose(estimates, distilled)
         assert selection is not None
+        landed = set()
+        if held and previous is not None:
+            current = [None] * bool(selection.notice) + [keys[i] for i in selection.indexes]
+            room = selection.budget_tokens - selection.estimated_tokens
+            later = horizon(int(state.get("requests") or 0), room, float(state.get("growth") or 0))
+            prices = prices_for(provider_of(model), (state.get("usage_by_response") or {}).values())
+            landed = to_land(held, everything, keys_of(everything), current, previous,
+                             sent_tokens(state), prices, later)
+        if landed:  # one re-write carries every edit that lands: select again with them
+            distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                     held - landed) if held - landed else everything
+            dropped = {i for i, d in distilled.items() if d.message is None}
+            keys = keys_of(distilled)
+            held_estimates = estimates
+            estimates, lazy = self._view_estimates(views, fps, distilled)
+            calibration = calibrated(keys, estimates)
+            cut = selection
+            selection = choose(estimates, distilled)
+            if (cut.cut_state != cut_state and selection.cut_state == cut_state
+                    and selection.estimated_tokens > selection.target_tokens):
+                # The edits only just fit the window under its budget: the cut would follow
+                # within a few requests and re-write it all again. Keep this request's cut and
+                # let the edits ride on it (the same views, sent edited).
+                saved = sum(held_estimates[i] - estimates[i] for i in cut.indexes)
+                selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
         if new:
             ledger.append_decisions(new)
         recovery = selection.replacements or {}
@@ -350,6 +398,8 @@ class ContextService:
         shown = [i for i in kept if i in distilled and i not in recovery]
         replacements = {i: distilled[i].text for i in shown} | recovery
         window = render(messages, views, kept, selection.notice, replacements)
+        window = merge_stubs(window, {distilled[i].text for i in shown
+                                      if distilled[i].decision.action == "omit_exchange"})
         usage_log = dict(state.get("usage_by_response") or {})
         newest = _newest_assistant(views, ids)
         if newest is not None and isinstance(usage, dict):
@@ -360,7 +410,8 @@ class ContextService:
                        calibration.overhead if calibration else 0.0,
                        {"usage_by_response": usage_log, "model_window": model_window,
                         "calibrated": calibration is not None,
-                        "evicted_messages": len(evicted_sources)})
+                        "evicted_messages": len(evicted_sources),
+                        **_pace(state, selection, cut_state)})
         if lazy:
             self._count_ahead(views, fps, distilled, lazy)
         reply = {
@@ -467,8 +518,25 @@ class ContextService:
         decisions = [*ledger.decisions, *new]
         if any(d.edits for d in new):
             changes = changed(entries, decisions)
+        return self._shown(views, ids, positions, changes, decisions), new, deferred
+
+    def without(self, views: Views, ids: Sequence[str | None], outgoing: set[int],
+                decisions: Sequence[Decision], targets: Collection[str]) -> dict[int, Distilled]:
+        """The window's replacements with the newest decision of each of ``targets`` left out
+        (pending, index/landing.py): what those views showed before it, an earlier decision's
+        bytes or their own."""
+        newest = latest(decisions)
+        kept = [d for d in decisions if not (d.target in targets and newest.get(d.target) is d)]
+        positions, entries = self.entries(views, ids, outgoing)
+        return self._shown(views, ids, positions, changed(entries, kept), kept)
+
+    @staticmethod
+    def _shown(views: Views, ids: Sequence[str | None], positions: Sequence[int],
+               changes: Mapping[int, Any], decisions: Sequence[Decision]) -> dict[int, Distilled]:
+        """View index -> the view as sent under ``decisions`` (``changes`` is what they change,
+        by entry position)."""
         if not changes:
-            return {}, new, deferred
+            return {}
         in_force = {t: d for t, d in latest(decisions).items() if d.edits}
         by_view = {positions[p]: message for p, message in changes.items()}
         result: dict[int, Distilled] = {}
@@ -488,7 +556,7 @@ class ContextService:
             if decision.action == "omit_exchange":
                 owner = decision
             result[index] = Distilled(dict(message), decision)
-        return result, new, deferred
+        return result
 
     def _measured(self, decision: Decision, entries: Sequence[tuple[str, Any]]) -> Decision:
         """The decision with the tokens it saves, counted with this server's tokenizer."""
@@ -584,14 +652,6 @@ class Distilled:
                 "recall": output_recall(d.target)}
 
 
-def _keys(views: Views, ids: Sequence[str | None], outgoing: Sequence[bool],
-          distilled: Mapping[int, Distilled]) -> list[str | None]:
-    """Calibration keys per view: its history id and part, and the decision applied to it."""
-    return [None if outgoing[i] else f"{ids[v.source]}#{v.part}"
-            + (f"~{distilled[i].key}" if i in distilled else "")
-            for i, v in enumerate(views.views)]
-
-
 def _entry_reach(entries: Sequence[tuple[str, Any]], reach: float | None) -> int:
     """The first entry distillation judges: where the newest entries' content reaches twice
     ``reach`` tokens at characters/4 (cheap; a margin, not a bound — the caller checks that the
@@ -619,6 +679,20 @@ def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:
     finite = [v for v in (limits.budget_tokens, limits.target_tokens, limits.model_limit)
               if math.isfinite(v)]
     return max(finite)
+
+
+def _pace(state: Mapping[str, Any], selection: Selection,
+          cut_state: CutState | None) -> dict[str, Any]:
+    """Requests so far and the window's mean growth per request while the cut holds (every
+    step, the large outputs with the small ones): how long an edit's savings are read before
+    the cut re-writes the prefix anyway (index/landing.py)."""
+    steps = state.get("growth_steps") or [0.0, 0]  # sum of growth, requests measured
+    before = (state.get("latest") or {}).get("estimated_tokens")
+    if isinstance(before, int | float) and selection.cut_state == cut_state:
+        steps = [float(steps[0]) + max(0.0, selection.estimated_tokens - before),
+                 int(steps[1]) + 1]
+    return {"requests": int(state.get("requests") or 0) + 1, "growth_steps": steps,
+            "growth": steps[0] / steps[1] if steps[1] else 0.0}
 
 
 def provider_of(model: str | None) -> str | None:

@@ -59,10 +59,16 @@ def run_demo(args: argparse.Namespace | None = None, emit: Emit = print) -> int:
             history.close()
 
 
+# Priced as a host without a prompt cache (paging/cache_cost.py): the short sample ends before
+# its next cut, and under a cache the edits of already-sent outputs would wait for that cut.
+MODEL = "none/sample"
+
+
 def replay(history: History, emit: Emit) -> None:
     messages = sample_messages()
     emit(f"Replaying {len(messages)} messages of the sample session through select_context "
-          f"(budget {BUDGET:,} tokens, cut target {BUDGET * 5 // 8:,}).\n")
+          f"(budget {BUDGET:,} tokens, cut target {BUDGET * 5 // 8:,}; a host without a "
+          f"prompt cache, so distillation's edits land as soon as they are decided).\n")
     emit(f"{'request':>7}  {'sent/total msgs':>15}  {'window tokens':>13}  {'evicted':>7}  "
           f"{'shortened':>9}  mode           fallback")
     requests = [i for i, m in enumerate(messages) if m["role"] != "assistant"
@@ -70,7 +76,8 @@ def replay(history: History, emit: Emit) -> None:
     previous_notice = None
     for number, end in enumerate(requests, 1):
         outgoing = messages[: end + 1]
-        reply = history.select_context(SESSION, outgoing, fmt="pi", system=SYSTEM)
+        reply = history.select_context(SESSION, outgoing, fmt="pi", system=SYSTEM,
+                                       model=MODEL)
         marker = ""
         if reply["notice"] and reply["notice"] != previous_notice:
             marker = "  ← the cut moved"

@@ -63,6 +63,9 @@ class ReplayOptions:
     estimator: str = "tiktoken"
     distill: bool = True
     model_window: int = 200_000
+    # "provider/id" as a host would pass it: sets the cache prices distillation's edits are
+    # weighed with (paging.cache_cost); None prices them as Anthropic's 5-minute cache.
+    model: str | None = None
     compaction: Compaction = Compaction()
     prices: Prices = Prices()
     recover_sample: int = 100  # identifiers looked up per session (evenly spread)
@@ -82,6 +85,7 @@ class RequestRow:
     cut_advanced: bool
     distilled: int  # outputs / exchanges the window carries shortened
     compacted: bool  # the compaction baseline summarised before this request
+    distilled_saved: float = 0.0  # tokens those save in this request (as the server counts)
 
 
 @dataclass
@@ -102,6 +106,30 @@ class Replay:
     def cut_advances(self) -> int:
         return sum(r.cut_advanced for r in self.rows)
 
+    def distillation_breaks(self) -> list[dict[str, Any]]:
+        """Every cache break caused by distillation alone, with its price and what it bought:
+        the price is the re-written tokens at (cache write − cache read); the value is the
+        tokens the request newly saves, read at the cache-read price on every later request
+        until the cut advances (when the prefix is re-written anyway) or the session ends.
+        ``pays`` says whether the value covered the price in hindsight."""
+        prices = self.options.prices
+        out = []
+        for n, r in enumerate(self.rows):
+            if r.window.cause != "distillation":
+                continue
+            saved = r.distilled_saved - (self.rows[n - 1].distilled_saved if n else 0.0)
+            later = 0
+            for after in self.rows[n + 1:]:
+                if after.cut_advanced:
+                    break
+                later += 1
+            price = r.window.rewritten * (prices.cache_write - prices.cache_read)
+            value = max(0.0, saved) * prices.cache_read * later
+            out.append({"request": r.index, "rewritten_tokens": r.window.rewritten,
+                        "saved_tokens": saved, "later_requests": later, "price": price,
+                        "value": value, "pays": value >= price})
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         t = self.totals()
         window = t["window"]
@@ -109,7 +137,7 @@ class Replay:
             "session": self.session,
             "options": {"budget": self.options.budget, "trim_to": self.options.trim_to,
                         "estimator": self.options.estimator, "distill": self.options.distill,
-                        "model_window": self.options.model_window,
+                        "model_window": self.options.model_window, "model": self.options.model,
                         "compaction": vars_of(self.options.compaction),
                         "prices": vars_of(self.options.prices), "format": "pi"},
             "requests": [{
@@ -122,6 +150,7 @@ class Replay:
             } for r in self.rows],
             "totals": {name: value.as_dict() for name, value in t.items()},
             "cut_advances": self.cut_advances(),
+            "distillation_breaks": self.distillation_breaks(),
             "ratios": {
                 "cumulative_vs_full": _ratio(window.cumulative, t["full"].cumulative),
                 "cumulative_vs_compaction": _ratio(window.cumulative, t["compaction"].cumulative),
@@ -257,7 +286,8 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                     progress(n, len(ends))
                 try:
                     reply = service.select_context(
-                        LEDGER, messages[:end], fmt="pi", model_window=options.model_window)
+                        LEDGER, messages[:end], fmt="pi", model=options.model,
+                        model_window=options.model_window)
                     current = _Window.of(reply)
                 except Exception as exc:  # a request the selector refuses is reported, not fatal
                     refused.append((n, f"{type(exc).__name__}: {exc}"))
@@ -273,7 +303,8 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                                   sum(sizes[:shared]), cause)
                 window_sent.append(sent)
                 rows.append(RequestRow(n, end, full[n], agent_requests[n], sent, current.mode,
-                                       advanced, len(current.distilled), compacted_before[n]))
+                                       advanced, len(current.distilled), compacted_before[n],
+                                       current.saved))
                 last = current
             window = last.messages
             stats = service.stats(f"ledger:{LEDGER}") if ends else None
@@ -302,11 +333,13 @@ class _Window:
     mode: str
     frontier: Any  # the cut's frontier (None before the first cut)
     distilled: set[str]  # tool call / history ids the window carries shortened
+    saved: float = 0.0  # tokens the window's distillation saves, as the server reports them
 
     @classmethod
     def of(cls, reply: dict[str, Any]) -> _Window:
         return cls(reply["messages"], reply["mode"], reply["frontier"],
-                   {str(d.get("tool_call_id") or d.get("history_id")) for d in reply["distilled"]})
+                   {str(d.get("tool_call_id") or d.get("history_id")) for d in reply["distilled"]},
+                   float(sum(d.get("saved_tokens") or 0 for d in reply["distilled"])))
 
 
 def _counter_factory(name: str) -> Callable[[], Any]:

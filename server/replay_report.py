@@ -120,6 +120,7 @@ def render(replay: Replay, requests: bool = True) -> str:
         f"removed, {dist.get('omitted_exchanges', 0)} exchanges omitted, "
         f"{dist.get('dropped_images', 0)} outputs without their images, "
         f"{dist.get('saved_characters', 0):,} characters ({dist.get('saved_tokens', 0):,} tokens)"
+        f"\n{_distillation_breaks(d['distillation_breaks'])}"
         f"\nrecoverability: {rec['found']}/{rec['identifiers']} identifiers from "
         f"{rec['outputs_left']} outputs that left the window found in search_history's top 3 "
         f"({_pct(rec['share'])})")
@@ -130,6 +131,17 @@ def render(replay: Replay, requests: bool = True) -> str:
     parts.append(chart(replay))
     parts.append(f"replayed in {replay.seconds:.1f} s ({replay.cpu_seconds:.1f} s CPU)")
     return "\n\n".join(parts)
+
+
+def _distillation_breaks(breaks: list[dict]) -> str:
+    """The cache breaks distillation caused alone, priced (see Replay.distillation_breaks)."""
+    if not breaks:
+        return "cache breaks by distillation alone: none"
+    paid = sum(b["pays"] for b in breaks)
+    return (f"cache breaks by distillation alone: {len(breaks)} ({paid} paid for in hindsight), "
+            f"re-writing {_k(sum(b['rewritten_tokens'] for b in breaks))} tokens at a price of "
+            f"{sum(b['price'] for b in breaks) / 1000:,.1f}k for "
+            f"{sum(b['value'] for b in breaks) / 1000:,.1f}k of cache reads saved")
 
 
 # --- the command ------------------------------------------------------------------------------
@@ -157,6 +169,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--price-uncached", type=float, default=1.0)
     parser.add_argument("--price-write", type=float, default=1.25, help="cache write per token")
     parser.add_argument("--price-read", type=float, default=0.1, help="cache read per token")
+    parser.add_argument("--model", default=None,
+                        help="provider/id passed to select_context: its provider sets the cache "
+                        "prices distillation's edits are weighed with (default: Anthropic's)")
     parser.add_argument("--recover-sample", type=int, default=100,
                         help="identifiers looked up with search_history (default 100)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-request rows")
@@ -172,7 +187,7 @@ def options_from(args) -> ReplayOptions:
         distill=not args.no_distill, model_window=args.model_window,
         compaction=Compaction(threshold, args.summary_tokens, args.keep_tokens),
         prices=Prices(args.price_uncached, args.price_write, args.price_read),
-        recover_sample=args.recover_sample)
+        recover_sample=args.recover_sample, model=args.model)
 
 
 def run(args, settings) -> int:

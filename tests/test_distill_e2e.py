@@ -92,12 +92,20 @@ def home(tmp_path):
     return ledger_home(tmp_path)
 
 
-async def select(client, session: str, fmt: str, messages: list[dict]) -> dict:
-    error, text, value = await call(client, "select_context",
-                                    {"session": session, "messages": messages, "format": fmt})
+async def select(client, session: str, fmt: str, messages: list[dict],
+                 model: str | None = None) -> dict:
+    args = {"session": session, "messages": messages, "format": fmt}
+    if model is not None:
+        args["model"] = model
+    error, text, value = await call(client, "select_context", args)
     assert not error, text
     valid_for(fmt, [m for m in value["messages"] if m.get("role") != "system"])
     return value
+
+
+# A host without a prompt cache: an edit of an already-sent output re-writes nothing there, so
+# the run-end decision lands at once (with a cache it waits for a re-write: test_cache_landing).
+NO_CACHE = "none/any-model"
 
 
 @pytest.mark.parametrize("fmt", ["anthropic", "openai"])
@@ -108,12 +116,12 @@ async def test_a_grep_output_is_distilled_at_run_end_and_stays_byte_identical(ho
     windows = []
     async with Client(server) as client:
         # Mid-run (the grep's result is the last message): nothing is judged yet.
-        mid = await select(client, session, fmt, build(0)[:-2])
+        mid = await select(client, session, fmt, build(0)[:-2], NO_CACHE)
         assert mid["distilled"] == []
         assert tool_result_text(fmt, mid["messages"]) == GREP
 
         # The run ended with an answer and a new request follows: the grep is distilled.
-        first = await select(client, session, fmt, build(0))
+        first = await select(client, session, fmt, build(0), NO_CACHE)
         assert [(d["tool_call_id"], d["action"], d["judge"]) for d in first["distilled"]] == [
             (CALL_ID, "distill", "local")]
         report = first["distilled"][0]
@@ -127,7 +135,7 @@ async def test_a_grep_output_is_distilled_at_run_end_and_stays_byte_identical(ho
 
         # Every later call sends the same bytes for it, and reports it again.
         for extra in (1, 2, 3):
-            reply = await select(client, session, fmt, build(extra))
+            reply = await select(client, session, fmt, build(extra), NO_CACHE)
             assert tool_result_text(fmt, reply["messages"]) == distilled
             assert reply["distilled"] == [report]
             # Everything up to the distilled result is the previous window's prefix.
@@ -158,7 +166,7 @@ async def test_a_grep_output_is_distilled_at_run_end_and_stays_byte_identical(ho
     # A restarted server (same home) returns the same window and decides nothing new.
     server = create_server(load_settings(home=home))
     async with Client(server) as client:
-        again = await select(client, session, fmt, build(3))
+        again = await select(client, session, fmt, build(3), NO_CACHE)
         assert again["messages"] == windows[-1]
         assert json.dumps(again["messages"]) == json.dumps(windows[-1])
         assert again["distilled"] == [report]

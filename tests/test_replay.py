@@ -224,7 +224,9 @@ def test_a_distillation_edit_without_a_cut_advance_is_counted_as_its_own_break(t
              ("read it again please".ljust(100), "src/config.py", output, "read again"),
              ("thanks, now summarise".ljust(100), "src/other.py", "short", "done")]
     path = _pi_file(tmp_path / "s.jsonl", turns)
-    result = replay(str(path), ReplayOptions(budget=128_000, estimator="chars4"))
+    # Without a prompt cache (provider "none") an edit costs no re-write, so it lands at once.
+    result = replay(str(path), ReplayOptions(budget=128_000, estimator="chars4",
+                                             model="none/any"))
     assert result.distillation["distilled_outputs"] >= 1
     assert result.distillation["saved_characters"] > 0
     breaks = [r for r in result.rows if r.window.cause]
@@ -233,6 +235,31 @@ def test_a_distillation_edit_without_a_cut_advance_is_counted_as_its_own_break(t
     t = result.totals()
     assert t["window"].breaks == {"distillation": len(breaks)}
     assert t["window"].cumulative < t["full"].cumulative
+    # each such break is reported with its price: the re-written tokens at write − read
+    priced = result.distillation_breaks()
+    assert [b["request"] for b in priced] == [r.index for r in breaks]
+    for b, r in zip(priced, breaks):
+        assert b["price"] == pytest.approx(r.window.rewritten * (1.25 - 0.1))
+        assert b["value"] == pytest.approx(max(0.0, b["saved_tokens"]) * 0.1
+                                           * b["later_requests"])
+        assert b["pays"] == (b["value"] >= b["price"])
+
+
+def test_under_a_prompt_cache_an_edit_that_does_not_pay_waits_and_breaks_nothing(tmp_path):
+    # The same session priced as Anthropic's 5-minute cache (the default): removing the first
+    # read would re-write the cached prefix after it for savings read on too few later
+    # requests, so the decision is stored but the window keeps sending the read unchanged.
+    output = "".join(f"line {i}: value_{i} = compute_{i}()\n" for i in range(300))
+    turns = [("read the config module".ljust(100), "src/config.py", output, "read it"),
+             ("read it again please".ljust(100), "src/config.py", output, "read again"),
+             ("thanks, now summarise".ljust(100), "src/other.py", "short", "done")]
+    path = _pi_file(tmp_path / "s.jsonl", turns)
+    result = replay(str(path), ReplayOptions(budget=128_000, estimator="chars4"))
+    assert result.distillation["distilled_outputs"] >= 1  # decided (recall still has it)
+    assert [r for r in result.rows if r.window.cause] == []
+    assert all(r.distilled == 0 for r in result.rows)
+    t = result.totals()
+    assert t["window"].cost == t["full"].cost
 
 
 def test_distinctive_words_are_paths_and_names_not_plain_words():

@@ -21,7 +21,7 @@ from mcp.types import CreateMessageResult, ErrorData, TextContent
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
 from tests.conftest import ledger_home
-from tests.test_distill_e2e import ANSWER, CALL_ID, select, tool_result_text
+from tests.test_distill_e2e import ANSWER, CALL_ID, NO_CACHE, select, tool_result_text
 from tests.test_distill_e2e import anthropic_runs as e2e_runs
 
 pytestmark = pytest.mark.anyio
@@ -76,6 +76,13 @@ def home(tmp_path):
     return ledger_home(tmp_path, judge="sampling")
 
 
+def ledger_decisions(ledger: str) -> list[dict]:
+    """The decision lines of a ledger file, parsed (the ledger writes compact JSON where it
+    can, so a substring such as '"type": "decision"' does not find every line)."""
+    lines = (json.loads(line) for line in ledger.splitlines() if line.strip())
+    return [line["decision"] for line in lines if line.get("type") == "decision"]
+
+
 def configure(home, **values) -> None:
     config = home / "config.toml"
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
@@ -120,10 +127,12 @@ async def test_an_unreadable_answer_keeps_the_output_and_a_later_call_asks_again
     model = Model(answer=lambda p: next(answers) or json.dumps({"keep": chunk_with(p, NEEDED)}))
     server = create_server(load_settings(home=home))
     async with client(server, model, era) as c:
-        first = await select(c, "s", "anthropic", anthropic_runs(0))
+        # No prompt cache: the decision the second call makes lands in that call (with a
+        # cache, the output the first call sent whole would stay whole until a re-write).
+        first = await select(c, "s", "anthropic", anthropic_runs(0), NO_CACHE)
         assert first["distilled"] == []
         assert tool_result_text("anthropic", first["messages"]) == GREP
-        again = await select(c, "s", "anthropic", anthropic_runs(0))
+        again = await select(c, "s", "anthropic", anthropic_runs(0), NO_CACHE)
         assert [d["judge"] for d in again["distilled"]] == ["sampling"]
         assert len(model.prompts) == 2
     server.history.close()
@@ -151,8 +160,7 @@ async def test_an_answer_after_the_time_budget_is_ignored(home, era):
         assert len(model.prompts) == 1
     server.history.close()
     ledger = (home / "ledger" / "s.jsonl").read_text()
-    decisions = [json.loads(line)["decision"] for line in ledger.splitlines()
-                 if '"type": "decision"' in line]
+    decisions = ledger_decisions(ledger)
     assert [(d["action"], d["judged"], d["reason"]) for d in decisions] == [
         ("keep", False, "timeout")]
 
@@ -230,9 +238,8 @@ async def test_small_outputs_are_batched_and_a_failed_batch_keeps_only_its_items
         assert removed == ["small_1", "small_4"]  # small_2, small_3 failed; small_0 is needed
     server.history.close()
     ledger = (home / "ledger" / "s.jsonl").read_text()
-    decisions = {d["target"]: (d["action"], d["judged"], d["reason"]) for d in (
-        json.loads(line)["decision"] for line in ledger.splitlines()
-        if '"type": "decision"' in line)}
+    decisions = {d["target"]: (d["action"], d["judged"], d["reason"])
+                 for d in ledger_decisions(ledger)}
     assert decisions["small_0"] == ("keep", True, "needed")
     assert decisions["small_2"][:2] == decisions["small_3"][:2] == ("keep", False)
 
