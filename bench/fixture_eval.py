@@ -76,8 +76,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.distill_eval import ratio
-from bench.recorded import ENV, require, sessions_folder
 from context_paging.index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.sessions import load
 from context_paging.paging.distill import (
@@ -92,6 +90,9 @@ from context_paging.paging.distill import (
 )
 from context_paging.paging.distill import plan_pass as plan_run_end
 from context_paging.paging.distill.conversation import Entry, role, run_starts, text_of, tool_calls
+
+from bench.distill_eval import ratio
+from bench.recorded import ENV, require, sessions_folder
 
 FIXTURES = sessions_folder()
 MAX_LINES_PER_PIECE = 3

@@ -22,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.corpus import generate
 from context_paging.index.discovery import iter_session_files
 from context_paging.index.service import History
+
+from bench.corpus import generate
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:

@@ -32,12 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
-
 from context_paging.index.proxied import ProxyLog  # noqa: E402
 from context_paging.server import wire  # noqa: E402
 from context_paging.server.config import load_settings  # noqa: E402
 from context_paging.server.mcp_server import make_history  # noqa: E402
 from context_paging.server.proxy import Proxy, Upstreams  # noqa: E402
+
 from tests.fake_provider import FakeProvider, Served  # noqa: E402
 
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "sessions"

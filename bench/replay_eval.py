@@ -74,7 +74,8 @@ def _priced(breaks: Sequence[dict]) -> str:
 def table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=False)))
+                     for r in rows)
 
 
 def summary(replays: Sequence[Replay], label: str) -> tuple[str, list[str]]:
@@ -111,8 +112,9 @@ def summary(replays: Sequence[Replay], label: str) -> tuple[str, list[str]]:
         f"({'met' if share >= 0.9 else f'missed by {100 * (0.9 - share):.1f} points'})",
         f"cost below compaction: {w[1] / c[1]:.2f}x "
         f"({'met' if w[1] < c[1] else 'missed'})",
-        "recoverability >= 98%: " + ("no lookups" if recov is None else
-                                     f"{100 * recov:.1f}% ({'met' if recov >= 0.98 else 'missed'})"),
+        "recoverability >= 98%: " + (
+            "no lookups" if recov is None
+            else f"{100 * recov:.1f}% ({'met' if recov >= 0.98 else 'missed'})"),
     ]
     return line, goals
 

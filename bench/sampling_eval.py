@@ -31,6 +31,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+from context_paging.paging.distill import Decision
+from context_paging.paging.distill.conversation import Entry, text_of
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
+from context_paging.server.tokens import text_counter
 from mcp import Client
 from mcp.types import CreateMessageResult, TextContent
 
@@ -44,11 +49,6 @@ from bench.fixture_eval import (
     session_entries,
 )
 from bench.recorded import ENV, require
-from context_paging.paging.distill import Decision
-from context_paging.paging.distill.conversation import Entry, text_of
-from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
-from context_paging.server.tokens import text_counter
 
 _PIECE = re.compile(r"^\[(chunk|item|exchange) (\d+)\](?: \(.*\))?\n", re.MULTILINE)
 MIN_LINE = 4  # needed lines shorter than this ("}", "") would match anywhere

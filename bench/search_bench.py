@@ -149,7 +149,8 @@ def main() -> None:
             write_pi(real, messages)
             measure("fixture outputs", real, queries, args.repeat)
         else:
-            print(f"no fixtures at {args.fixtures}: the second workload is skipped", file=sys.stderr)
+            print(f"no fixtures at {args.fixtures}: the second workload is skipped",
+                  file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

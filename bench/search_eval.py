@@ -16,9 +16,9 @@ model turn the bench takes what a model might later type to find that turn:
 
 The query's truth is the one turn whose search text holds the query (case-insensitively, not
 inside a longer word, edge punctuation aside); queries that occur in two or more items are
-dropped, so a miss is a miss. Mining uses its own regular expressions, not the project's tokenizer, so the same query
-set measures any tokenizer. It reads sessions only through ``History`` (``navigator().raw``,
-``search``), which the base commit also has: run the same file against the base to get the
+dropped, so a miss is a miss. Mining uses its own regular expressions, not the project's
+tokenizer, so the same query set measures any tokenizer. It reads sessions only through
+``History`` (``navigator().raw``, ``search``), which the base commit also has: run the same file against the base to get the
 "before" column (``PYTHONPATH=<base export> python bench/search_eval.py``).
 
 Per fixture and kind at most ``--per-kind`` queries are kept (evenly spaced, so the set is
@@ -147,9 +147,10 @@ def main() -> None:
         import context_paging.index.store as store
 
         store.SESSION_STATISTICS = args.stats == "session"
-    import context_paging
     from context_paging.index.discovery import iter_session_files
     from context_paging.index.service import History
+
+    import context_paging
 
     tmp = Path(tempfile.mkdtemp(prefix="search-eval-"))
     try:

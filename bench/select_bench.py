@@ -192,7 +192,7 @@ def stdio(repeat: int, turns: int) -> None:
                 times = []
                 for _ in range(repeat):
                     start = time.perf_counter()
-                    reply = await once(messages)
+                    await once(messages)
                     times.append(time.perf_counter() - start)
                 start = time.perf_counter()
                 last = await once(grown)

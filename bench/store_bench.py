@@ -15,18 +15,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import context_paging.index.analysis as an
+from context_paging.index import store
+from context_paging.index.history import search_text
+from context_paging.index.sessions import load
+from context_paging.index.store import IndexDoc, SearchIndex
 from whoosh import analysis as wa
 from whoosh import formats
 from whoosh.collectors import TopCollector, UnlimitedCollector
 from whoosh.fields import TEXT, FieldType, Schema
 from whoosh.query import Or, Term
 from whoosh.writing import MERGE_SMALL, NO_MERGE
-
-import context_paging.index.analysis as an
-from context_paging.index import store
-from context_paging.index.history import search_text
-from context_paging.index.sessions import load
-from context_paging.index.store import IndexDoc, SearchIndex
 
 try:
     from bench.recorded import require, sessions_folder

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import Client
-
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import RECOVERY_TOOLS, create_server
 from context_paging.server.tokens import text_counter
+from mcp import Client
 
 
 def model_facing(tool: dict[str, Any]) -> str:

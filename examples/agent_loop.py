@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import Client
-
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
+from mcp import Client
 
 SESSION = "example-agent-loop"  # the ledger id of this conversation
 BUDGET = 8_000  # tokens per request: small, so paging shows within a few turns

@@ -340,7 +340,8 @@ class Bm25(BM25F):
     over a :class:`Corpus` and exact lengths.
 
     The statistics are the session's for a one-session search (upstream's) and every indexed
-    item's (live, visible) otherwise (index.store.SESSION_STATISTICS). On the distinctive details that tests/test_search_quality.py picks from
+    item's (live, visible) otherwise (index.store.SESSION_STATISTICS). On the distinctive
+    details that tests/test_search_quality.py picks from
     the fixtures as of 086db79 (222, any line mentioning an error included), the source turn
     was in the top 3 for 220 with these statistics, 217 with per-session ones, 219 with
     Whoosh's idf ``log(N / (df + 1)) + 1``; its current picks (181) all three find.

@@ -17,10 +17,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from context_paging.index.discovery import SessionFileRef, iter_session_files, resolve
 from context_paging.index.sessions import SessionFile, UnknownFormat
+from pydantic import BaseModel, ConfigDict
 
 log = logging.getLogger("context_paging")
 CACHE_VERSION = 1  # change with SessionSummary's fields
@@ -133,7 +132,7 @@ class Catalog:
         context = multiprocessing.get_context(method)
         with context.Pool(workers) as pool:
             jobs = [(found, self.roots.get(found.source)) for found in stale]
-            yield from zip(stale, pool.imap(_summarize, jobs, chunksize=16))
+            yield from zip(stale, pool.imap(_summarize, jobs, chunksize=16), strict=False)
 
     def _load_cache(self) -> dict[str, dict]:
         if self._cached is None:

@@ -69,10 +69,17 @@ from context_paging.paging.distill.model import fingerprint as text_fingerprint
 from context_paging.paging.distill.plan import Plan, latest, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
-from context_paging.paging.formats import FORMATS, FormatError, Views, detect_format, render, to_views
+from context_paging.paging.formats import (
+    FORMATS,
+    FormatError,
+    Views,
+    detect_format,
+    render,
+    to_views,
+)
 from context_paging.paging.limits import ContextSelectionError, context_limits
-from context_paging.paging.stubs import merge_stubs
 from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
+from context_paging.paging.stubs import merge_stubs
 from context_paging.paging.tokens import counted_resident, counted_tokens
 from context_paging.paging.units import normalize, tool_call_ids
 

@@ -13,7 +13,13 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from context_paging.index.history import HistoryItem, is_recovery_tool, preview, public_block, public_item
+from context_paging.index.history import (
+    HistoryItem,
+    is_recovery_tool,
+    preview,
+    public_block,
+    public_item,
+)
 from context_paging.index.history import public_result as _public_result
 
 COMPACT_LIMIT = 8_000

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import regex
-
 from context_paging.index.history import HistoryItem, is_recovery_tool
 from context_paging.index.jsonl import clean_text
 from context_paging.index.model import ImageBlock, Message, TextBlock

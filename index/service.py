@@ -21,7 +21,12 @@ from typing import Any
 
 from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.context import ContextService, ContextSettings
-from context_paging.index.discovery import SessionFileRef, SessionRefError, iter_session_files, resolve
+from context_paging.index.discovery import (
+    SessionFileRef,
+    SessionRefError,
+    iter_session_files,
+    resolve,
+)
 from context_paging.index.history import HistoryItem, block_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
@@ -448,7 +453,8 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
         pending: deque = deque()
         queue = iter(files)
         for found in queue:
-            pending.append((found, pool.apply_async(prepare_file, (found, roots.get(found.source)))))
+            job = (found, roots.get(found.source))
+            pending.append((found, pool.apply_async(prepare_file, job)))
             if len(pending) >= 2 * workers:
                 break
         while pending:

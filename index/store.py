@@ -54,14 +54,6 @@ from pathlib import Path
 from typing import Any
 
 import whoosh.util
-from whoosh.filedb.filestore import FileStorage
-from whoosh.index import TOC, EmptyIndexError, FileIndex, LockError, clean_files
-from whoosh.query import And, Or, Query, Require, Term
-from whoosh.reading import EmptyReader, MultiReader, SegmentReader
-from whoosh.searching import Searcher
-from whoosh.util.filelock import try_for
-from whoosh.writing import SegmentWriter
-
 from context_paging.index.analysis import (
     SCHEMA,
     Bm25,
@@ -76,10 +68,17 @@ from context_paging.index.analysis import (
     segment_totals,
     session_items,
     term_counts,
-    tokens,
     token_query,
+    tokens,
 )
 from context_paging.index.history import HistoryItem, search_text
+from whoosh.filedb.filestore import FileStorage
+from whoosh.index import TOC, EmptyIndexError, FileIndex, LockError, clean_files
+from whoosh.query import And, Or, Query, Require, Term
+from whoosh.reading import EmptyReader, MultiReader, SegmentReader
+from whoosh.searching import Searcher
+from whoosh.util.filelock import try_for
+from whoosh.writing import SegmentWriter
 
 log = logging.getLogger("context_paging")
 # Whoosh names its segment and temporary files with the global ``random`` module. Indexing runs

@@ -88,7 +88,7 @@ def pays(rewrite_tokens: float, saved_tokens: float, later_requests: float,
 def common_keys(previous: Sequence[object], current: Sequence[object]) -> int:
     """How many leading entries two requests share (the cached prefix, in messages)."""
     n = 0
-    for a, b in zip(previous, current):
+    for a, b in zip(previous, current, strict=False):
         if a != b:
             break
         n += 1

@@ -56,7 +56,7 @@ def common_prefix(previous: Sequence[Any], current: Sequence[Any]) -> int:
     """How many leading messages ``current`` shares with ``previous`` (identity, else equality:
     the same bytes are the same cached tokens)."""
     n = 0
-    for a, b in zip(previous, current):
+    for a, b in zip(previous, current, strict=False):
         if a is not b and a != b:
             break
         n += 1

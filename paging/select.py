@@ -52,7 +52,12 @@ from typing import Any, Literal
 
 from context_paging.paging.estimate import js_number
 from context_paging.paging.limits import ContextSelectionError, Limits, context_limits
-from context_paging.paging.notice import overflow_notice, paging_notice, recovery_notice, recovery_replacement
+from context_paging.paging.notice import (
+    overflow_notice,
+    paging_notice,
+    recovery_notice,
+    recovery_replacement,
+)
 from context_paging.paging.units import (
     ActiveTurn,
     Atom,

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-
 from context_paging.server import clients
 from context_paging.server.config import Settings
 from context_paging.server.proxy import HEALTH_PATH

@@ -14,7 +14,6 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-from context_paging import __version__
 from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import SessionRefError
 from context_paging.index.navigator import NavigatorError
@@ -22,6 +21,8 @@ from context_paging.index.store import IndexBusy
 from context_paging.server import clients, terminal
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.terminal import print_json, render_references
+
+from context_paging import __version__
 
 Command = Callable[[argparse.Namespace, Settings], int]
 
@@ -79,7 +80,6 @@ SERVE_ON_A_TERMINAL = (
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
-
     from context_paging.server.mcp_server import create_server
     from context_paging.server.transport import serve_stdio
 

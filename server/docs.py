@@ -1,7 +1,7 @@
 """The README's tool reference, generated from the tools' own schemas.
 
     python -m context_paging.server.docs          # print the reference (Markdown)
-    python -m context_paging.server.docs --write  # replace the block between the markers in README.md
+    python -m context_paging.server.docs --write  # replace the marked block in README.md
 
 A test regenerates it from the committed ``tools/list`` snapshot and compares it with README.md,
 so the documentation cannot drift from the contract.

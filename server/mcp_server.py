@@ -19,11 +19,6 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
-from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
-
-from context_paging import __version__
 from context_paging.index.catalog import SessionSummary
 from context_paging.index.context import ContextSettings
 from context_paging.index.discovery import InvalidSessionRef, SessionRefError
@@ -37,7 +32,18 @@ from context_paging.paging.distill import DistillConfig
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
 from context_paging.server.config import Settings
-from context_paging.server.sampling import Prompt, Sampler, SamplingJudge, can_sample, uses_input_required
+from context_paging.server.sampling import (
+    Prompt,
+    Sampler,
+    SamplingJudge,
+    can_sample,
+    uses_input_required,
+)
+from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from context_paging import __version__
 
 log = logging.getLogger("context_paging")
 T = TypeVar("T")

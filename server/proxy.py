@@ -27,13 +27,12 @@ from typing import Any
 
 import anyio.to_thread
 import httpx2 as httpx
+from context_paging.index.proxied import ProxyLog
+from context_paging.server import wire
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
-
-from context_paging.index.proxied import ProxyLog
-from context_paging.server import wire
 
 log = logging.getLogger("context_paging")
 

@@ -264,7 +264,7 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
     ends = request_ends(messages)
     estimate = estimator(options.estimator)
     estimates = [float(estimate(m)) for m in messages]
-    by_identity = {id(m): e for m, e in zip(messages, estimates)}
+    by_identity = {id(m): e for m, e in zip(messages, estimates, strict=False)}
     full = full_history(estimates, ends)
     compacted_sent = compaction(estimates, ends, lambda i: messages[i]["role"] != "toolResult",
                                 options.compaction)
@@ -294,7 +294,7 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                     current = _Window(messages[:end], "refused", None, set())  # sent whole
                 sizes = [by_identity.get(id(m)) for m in current.messages]
                 sizes = [s if s is not None else float(estimate(m))
-                         for s, m in zip(sizes, current.messages)]
+                         for s, m in zip(sizes, current.messages, strict=False)]
                 shared = common_prefix(last.messages, current.messages)
                 advanced = current.frontier is not None and current.frontier != last.frontier
                 cause = "cut" if advanced else (
@@ -380,7 +380,7 @@ def distinctive(text: str) -> set[str]:
         if not letters:
             continue
         if (any(c in word for c in "/._-:") or any(c.isdigit() for c in word)
-                or any(a.islower() and b.isupper() for a, b in zip(word, word[1:]))):
+                or any(a.islower() and b.isupper() for a, b in zip(word, word[1:], strict=False))):
             out.add(word)
     return out
 
@@ -427,7 +427,7 @@ def _recoverability(service: History, history: Sequence[Message],
     seen: set[str] = set()
     left = 0
     last = request_ends(messages)[-1]
-    for original, message in zip(history[:last], messages[:last]):
+    for original, message in zip(history[:last], messages[:last], strict=False):
         if original is None or message["role"] != "toolResult" or id(message) in shown:
             continue
         left += 1

@@ -21,7 +21,8 @@ def _table(rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:
-        cells = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right)]
+        cells = [c.rjust(w) if r else c.ljust(w)
+                 for c, w, r in zip(row, widths, right, strict=False)]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 

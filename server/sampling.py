@@ -36,19 +36,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
-from mcp.server.mcpserver import Context, Sample
-from mcp.shared.message import ServerMessageMetadata
-from mcp.types import (
-    CreateMessageRequest,
-    CreateMessageRequestParams,
-    CreateMessageResult,
-    ModelHint,
-    ModelPreferences,
-    SamplingMessage,
-    TextContent,
-)
-from mcp_types.version import is_version_at_least
-
 from context_paging.paging.distill import (
     Chunk,
     DistillConfig,
@@ -62,6 +49,18 @@ from context_paging.paging.distill import (
     prompt_for_segment,
     scores_from_ids,
 )
+from mcp.server.mcpserver import Context, Sample
+from mcp.shared.message import ServerMessageMetadata
+from mcp.types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ModelHint,
+    ModelPreferences,
+    SamplingMessage,
+    TextContent,
+)
+from mcp_types.version import is_version_at_least
 
 log = logging.getLogger("context_paging")
 INPUT_REQUIRED_ERA = "2026-07-28"

@@ -33,7 +33,8 @@ def text_counter() -> Callable[[str], int] | None:
     try:
         import tiktoken
 
-        data = (resources.files("context_paging.server") / "data" / "cl100k_base.tiktoken").read_bytes()
+        data_dir = resources.files("context_paging.server") / "data"
+        data = (data_dir / "cl100k_base.tiktoken").read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         if digest != CL100K_SHA256:
             raise ValueError(f"cl100k_base.tiktoken has hash {digest[:12]}…, not the expected one")

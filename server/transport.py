@@ -33,11 +33,10 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from context_paging.index.jsonl import clean_text
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-
-from context_paging.index.jsonl import clean_text
 
 log = logging.getLogger("context_paging")
 

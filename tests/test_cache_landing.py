@@ -14,6 +14,7 @@ from context_paging.index.landing import held_targets, to_land
 from context_paging.index.service import History
 from context_paging.paging.cache_cost import PRICES, horizon, pays, prices_for
 from context_paging.paging.distill import DistillConfig
+
 from tests.test_distill_e2e import ANSWER, GREP
 
 CLAUDE = "anthropic/claude-sonnet-4"
@@ -82,7 +83,7 @@ def test_an_old_output_is_not_rewritten_where_the_cut_holds_and_the_savings_do_n
     for window in windows:  # ... but the window keeps sending what the cache holds
         assert set(outputs(window).values()) <= {GREP, OTHER}
     assert outputs(windows[-1]) == {"call_a": GREP, "call_b": OTHER}
-    for before, after in zip(windows, windows[1:]):
+    for before, after in zip(windows, windows[1:], strict=False):
         assert_extends(before, after)
     # recall has the original, as for any decision
     assert service.recall("ledger:landing", tool_call_id="call_a").text == GREP
@@ -107,7 +108,7 @@ def test_pending_edits_land_together_at_the_next_cut_advance_and_survive_a_resta
     assert all(r["frontier"] is None for r in replies)
     for reply in replies:
         assert set(outputs(reply["messages"]).values()) <= {GREP, OTHER}
-    for before, after in zip(replies, replies[1:]):
+    for before, after in zip(replies, replies[1:], strict=False):
         assert_extends(before["messages"], after["messages"])
 
     # A restarted server sends the same bytes: the pending state is the persisted window.

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from context_paging.server.cli import main
 from context_paging.index.discovery import iter_session_files
+from context_paging.server.cli import main
+
 from tests.test_protocol import lay_out, write_config
 
 

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from context_paging.server import clients
 from context_paging.server.config import load_settings
 

@@ -8,6 +8,7 @@ import sys
 
 from context_paging.index.discovery import iter_session_files
 from context_paging.index.service import History
+
 from tests.test_protocol import lay_out, write_config
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from context_paging.index.context import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger, LedgerError, chain_ids, fingerprint
 from context_paging.paging.distill import DistillConfig

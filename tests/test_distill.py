@@ -12,9 +12,6 @@ import json
 import math
 import struct
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from context_paging.paging.distill import (
     MARKER,
     Chunk,
@@ -45,7 +42,12 @@ from context_paging.paging.distill.conversation import (
     superseded_by,
 )
 from context_paging.paging.distill.decide import interpret, pays_off
-from context_paging.paging.distill.items import batch_items, cited_files, collect_exchanges, collect_small
+from context_paging.paging.distill.items import (
+    batch_items,
+    cited_files,
+    collect_exchanges,
+    collect_small,
+)
 from context_paging.paging.distill.model import JudgeContext
 from context_paging.paging.distill.render import (
     Source,
@@ -56,6 +58,8 @@ from context_paging.paging.distill.render import (
     small_stub,
     tool_label,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CONFIG = DistillConfig()
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from mcp import Client
-
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
+from mcp import Client
+
 from tests.conftest import ledger_home
 from tests.test_context import valid_for
 from tests.test_protocol import call

@@ -15,12 +15,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-from mcp import Client
-
 import context_paging.index.recall as recall_module
+import pytest
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
+from mcp import Client
+
 from tests.conftest import ledger_home
 from tests.test_protocol import call, write_config
 

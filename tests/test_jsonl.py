@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from context_paging.index.jsonl import FileCursor, read_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_paging.index.jsonl import FileCursor, read_jsonl
 from tests.conftest import ALL_FIXTURES, ALL_SAMPLES, HAVE_RECORDED, fixture, recorded, sample
 
 

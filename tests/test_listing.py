@@ -6,6 +6,7 @@ from context_paging.index import catalog as catalog_module
 from context_paging.index.catalog import Catalog
 from context_paging.index.service import History
 from context_paging.server.cli import main
+
 from tests.test_search_compound import home, roots, write_pi_session  # noqa: F401  (fixtures)
 
 

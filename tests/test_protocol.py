@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from mcp import Client
-
 from context_paging.index.discovery import iter_session_files
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
+from mcp import Client
+
 from tests.conftest import (
     ALL_FIXTURES,
     ALL_SAMPLES,

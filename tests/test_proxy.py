@@ -15,13 +15,13 @@ from pathlib import Path
 import anthropic
 import httpx2 as httpx
 import pytest
-
 from context_paging.index.proxied import ProxyLog, conversation_stats, last_proxied
 from context_paging.index.stats import render as render_stats
 from context_paging.server import wire
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import make_history
 from context_paging.server.proxy import Proxy, Upstreams
+
 from tests.fake_provider import FakeProvider, Recorded, Reply, Served, anthropic_stream
 
 SESSION = "5b1e7c2a-0d1f-4c55-9d7e-0a1b2c3d4e5f"

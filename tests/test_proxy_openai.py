@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-
 from context_paging.paging.formats import detect_format, render, to_views
 from context_paging.server import wire
+
 from tests.test_proxy import Stack, make_home
 
 THREAD = "019a0c4e-7b7e-7d13-9a55-3a4f4e0c1d2b"

@@ -9,9 +9,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from context_paging.server import agents
 from context_paging.server.cli import main
+
 from tests.fake_provider import FakeProvider, Served
 from tests.test_proxy import Stack, make_home
 

@@ -7,15 +7,15 @@ run on the ``regex`` module (Python syntax), not JavaScript.
 
 from __future__ import annotations
 
-import pytest
-from mcp import Client
-
 import context_paging.index.recall as recall
+import pytest
 from context_paging.index.model import ImageBlock
 from context_paging.index.navigator import NavigatorError
 from context_paging.index.recall import Recalled, recall_text
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
+from mcp import Client
+
 from tests.test_protocol import call, write_config
 
 FOUR = "alpha\nbeta\ngamma\nalphabet"

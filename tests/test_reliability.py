@@ -24,15 +24,15 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import context_paging.index.ledger as ledger_module
 import pytest
+from context_paging.index.discovery import iter_session_files
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-import context_paging.index.ledger as ledger_module
-from context_paging.index.discovery import iter_session_files
-from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
 from tests.conftest import sample
 from tests.test_protocol import call, lay_out, write_config
 

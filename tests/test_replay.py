@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from context_paging.paging.replay_cost import (
     Compaction,
     Prices,
@@ -136,7 +135,7 @@ def test_replay_figures_match_a_hand_computation_within_the_budget(tmp_path):
     per_turn = [(100, 100 + call[i] + 500) for i in range(3)]
     done = 0
     expected = []
-    for i, (first, second) in enumerate(per_turn):
+    for _i, (first, second) in enumerate(per_turn):
         expected += [done + first, done + second]
         done += second + 50
     assert [r.full.tokens for r in result.rows] == expected
@@ -146,7 +145,7 @@ def test_replay_figures_match_a_hand_computation_within_the_budget(tmp_path):
     assert t["window"].cumulative == sum(expected)
     assert t["window"].prefix == sum(expected[:-1])
     cost = expected[0] * 1.25 + sum(p * 0.1 + (c - p) * 1.25
-                                    for p, c in zip(expected, expected[1:]))
+                                    for p, c in zip(expected, expected[1:], strict=False))
     assert t["window"].cost == pytest.approx(cost)
     assert t["full"].cost == pytest.approx(cost)
     assert result.cut_advances() == 0
@@ -238,7 +237,7 @@ def test_a_distillation_edit_without_a_cut_advance_is_counted_as_its_own_break(t
     # each such break is reported with its price: the re-written tokens at write − read
     priced = result.distillation_breaks()
     assert [b["request"] for b in priced] == [r.index for r in breaks]
-    for b, r in zip(priced, breaks):
+    for b, r in zip(priced, breaks, strict=False):
         assert b["price"] == pytest.approx(r.window.rewritten * (1.25 - 0.1))
         assert b["value"] == pytest.approx(max(0.0, b["saved_tokens"]) * 0.1
                                            * b["later_requests"])

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from context_paging.index.context import ContextSettings
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.service import History
 from context_paging.index.sources.pi import active_path
+
 from tests.conftest import sample
 
 BUDGET = 2_500

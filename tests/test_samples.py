@@ -11,12 +11,12 @@ import json
 from collections import Counter
 
 import pytest
-
 from context_paging.index.history import project, public_item
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.model import HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
 from context_paging.index.sources import claude, codex, detect, pi
 from context_paging.index.sources.pi import active_path, migrate
+
 from tests.conftest import SAMPLES_DIR, sample
 from tests.fixtures.make_samples import CHILD_THREAD, CLAUDE_SESSION, PARENT_THREAD, SAMPLES, render
 

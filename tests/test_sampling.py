@@ -15,11 +15,11 @@ import re
 
 import anyio
 import pytest
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server
 from mcp import Client
 from mcp.types import CreateMessageResult, ErrorData, TextContent
 
-from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
 from tests.conftest import ledger_home
 from tests.test_distill_e2e import ANSWER, CALL_ID, NO_CACHE, select, tool_result_text
 from tests.test_distill_e2e import anthropic_runs as e2e_runs

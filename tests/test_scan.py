@@ -5,12 +5,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from context_paging.index.analysis import token_count, tokens
 from context_paging.index.scan import scan_search
 from context_paging.index.store import IndexDoc, SearchIndex
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x", "a.b.c",
          "x.a.b", "inc-pager-047", "inc/pager/047", "needle.", "-needle-", "xneedle", "needlex",

@@ -10,13 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp import Client
-
 from context_paging.index.analysis import compound_terms, query_tokens, term_counts
 from context_paging.index.service import History
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
+from mcp import Client
 
 # (query, text in one tool output): the table of issue 15.
 TABLE = [

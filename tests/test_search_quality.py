@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from context_paging.index.analysis import compound_terms, term_counts, tokens
 from context_paging.index.history import content_text, search_text
 from context_paging.index.service import History
+
 from tests.conftest import ALL_SAMPLES, recorded_params
 from tests.test_protocol import lay_out
 

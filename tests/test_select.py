@@ -16,9 +16,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from context_paging.paging.limits import Limits, context_limits
 from context_paging.paging.notice import format_tokens, paging_notice
@@ -31,6 +28,8 @@ from context_paging.paging.select import (
     select_context,
 )
 from context_paging.paging.units import tool_call_ids
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 SYSTEM = "resident prompt"
 TOOLS = [{"name": "read", "description": "Read files", "parameters": {"type": "object"}}]

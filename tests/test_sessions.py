@@ -9,12 +9,12 @@ import re
 import shutil
 
 import pytest
-
 from context_paging.index.catalog import Catalog
 from context_paging.index.discovery import SessionRefError, resolve
 from context_paging.index.history import public_item
 from context_paging.index.sessions import SessionFile, load
 from context_paging.server.cli import main
+
 from tests.conftest import ALL_SAMPLES, recorded_params, sample, source_folder
 
 PRIVATE_KEYS = {"thinking", "signature", "thinkingSignature", "textSignature", "thoughtSignature",

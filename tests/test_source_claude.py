@@ -10,11 +10,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
 from context_paging.index.history import project, public_item
 from context_paging.index.jsonl import Record, read_jsonl
 from context_paging.index.model import HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
 from context_paging.index.sources import claude, detect
+
 from tests.conftest import FIXTURES, RECORDED, fixture, recorded
 
 CLAUDE_FIXTURES = RECORDED["claude-code"]

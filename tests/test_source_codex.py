@@ -16,11 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from context_paging.index.history import project, public_item
 from context_paging.index.jsonl import read_jsonl
-from context_paging.index.model import Conversation, HiddenBlock, ImageBlock, TextBlock, ToolCall, Usage
+from context_paging.index.model import (
+    Conversation,
+    HiddenBlock,
+    ImageBlock,
+    TextBlock,
+    ToolCall,
+    Usage,
+)
 from context_paging.index.sources import codex, detect
+
 from tests.conftest import FIXTURES, RECORDED, fixture, recorded
 
 CODEX = [FIXTURES / "codex" / name for name in RECORDED["codex"]]

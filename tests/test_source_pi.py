@@ -8,12 +8,12 @@ import json
 from collections import Counter
 
 import pytest
-
 from context_paging.index.history import project, public_item
 from context_paging.index.jsonl import Record, read_jsonl
 from context_paging.index.model import HiddenBlock, TextBlock, ToolCall, Usage
 from context_paging.index.sources import detect
 from context_paging.index.sources.pi import active_path, build, migrate
+
 from tests.conftest import FIXTURES, RECORDED, fixture, recorded
 
 CONCAT = "pi-v1-real-compaction-with-concatenated-line.jsonl"

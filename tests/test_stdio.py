@@ -10,10 +10,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from context_paging.server.demo import sample_path
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from context_paging.server.demo import sample_path
 from tests.test_sampling import Model, anthropic_runs
 
 pytestmark = pytest.mark.anyio

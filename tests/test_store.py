@@ -19,11 +19,6 @@ from pathlib import Path
 
 import pytest
 import regex
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from whoosh.filedb.filestore import FileStorage
-from whoosh.index import TOC
-
 from context_paging.index.analysis import MERGE_FACTOR, SCHEMA, query_terms, tokens
 from context_paging.index.history import preview, project
 from context_paging.index.model import Message, TextBlock, ToolCall
@@ -36,6 +31,10 @@ from context_paging.index.store import (
     doc_for,
     plan_sync,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from whoosh.filedb.filestore import FileStorage
+from whoosh.index import TOC
 
 T = "2026-01-01T00:00:00Z"
 

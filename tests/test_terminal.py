@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from mcp import Client
-
-from context_paging import __version__
 from context_paging.index.navigator import dumps
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.demo import sample_path
 from context_paging.server.mcp_server import create_server
+from mcp import Client
+
+from context_paging import __version__
 from tests.test_stdio import console_script
 
 REF = "pi:demo-0f3c9a2e"

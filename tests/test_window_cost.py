@@ -12,14 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from context_paging.index.canonical import canonical, plain
 from context_paging.index.context import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.index.request import FingerprintMemo, same
 from context_paging.paging.limits import ContextSelectionError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def words(text: str) -> int:
@@ -207,10 +206,10 @@ def anyio_backend():
 
 @pytest.mark.anyio
 async def test_over_mcp_after_id_continues_and_an_unknown_one_is_a_coded_tool_error(tmp_path):
-    from mcp import Client
-
     from context_paging.server.config import load_settings
     from context_paging.server.mcp_server import create_server
+    from mcp import Client
+
     from tests.conftest import ledger_home
 
     server = create_server(load_settings(home=ledger_home(tmp_path)))

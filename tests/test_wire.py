@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from context_paging.server import wire
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from context_paging.server import wire
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12),
                     st.floats(allow_nan=False, allow_infinity=False))

@@ -57,7 +57,6 @@ from pathlib import PurePath
 from typing import Any
 
 from context_paging.index.jsonl import Issue, Record
-from context_paging.paging.formats import SERVER_CALL_KINDS, is_server_result, public_json
 from context_paging.index.model import (
     Block,
     Conversation,
@@ -69,6 +68,7 @@ from context_paging.index.model import (
     ToolCall,
     Usage,
 )
+from context_paging.paging.formats import SERVER_CALL_KINDS, is_server_result, public_json
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "refusal": "stop", "tool_use": "tool_use",
          "max_tokens": "length", "model_context_window_exceeded": "length"}
