@@ -19,7 +19,8 @@ inside a longer word, edge punctuation aside); queries that occur in two or more
 dropped, so a miss is a miss. Mining uses its own regular expressions, not the project's
 tokenizer, so the same query set measures any tokenizer. It reads sessions only through
 ``History`` (``navigator().raw``, ``search``), which the base commit also has: run the same
-file against the base to get the "before" column (``PYTHONPATH=<base export> python bench/search_eval.py``).
+file against the base to get the "before" column
+(``PYTHONPATH=<base export> python bench/search_eval.py``).
 
 Per fixture and kind at most ``--per-kind`` queries are kept (evenly spaced, so the set is
 fixed). Prints recall@1 and recall@3 per kind and per format (pi, claude, codex).
