@@ -76,7 +76,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from context_paging.index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.sessions import load
 from context_paging.paging.distill import (
     Chunk,
@@ -90,6 +89,7 @@ from context_paging.paging.distill import (
 )
 from context_paging.paging.distill import plan_pass as plan_run_end
 from context_paging.paging.distill.conversation import Entry, role, run_starts, text_of, tool_calls
+from context_paging.server.replay import pi_shaped  # one Pi shape for history messages
 
 from bench.distill_eval import ratio
 from bench.recorded import ENV, require, sessions_folder
@@ -98,43 +98,13 @@ FIXTURES = sessions_folder()
 MAX_LINES_PER_PIECE = 3
 MAX_MESSAGES_PER_PIECE = 6
 KINDS = ("grep", "read", "test/build log", "other shell", "other")
-_STOP = {"tool_use": "toolUse", "stop": "stop", "length": "length", "aborted": "aborted",
-         "error": "error"}
 
 
 # --- the fixtures as the distill core's entries (paging/distill/conversation.py) -------------
 
 
-def pi_message(message: Message) -> dict[str, Any]:
-    """A normalized message in Pi's AgentMessage shape. User messages that are not typed
-    requests (slash commands, ``!`` shell runs, notifications) become ``custom`` messages: they
-    neither start a run nor count as steering, as for a host that sends them as notices."""
-    blocks: list[dict[str, Any]] = []
-    for block in message.content:
-        if isinstance(block, TextBlock):
-            blocks.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageBlock):
-            blocks.append({"type": "image", "data": block.data, "mimeType": block.mime})
-        elif isinstance(block, ToolCall):
-            blocks.append({"type": "toolCall", "id": block.id, "name": block.name,
-                           "arguments": block.arguments})
-        elif not isinstance(block, HiddenBlock):
-            raise TypeError(f"unknown block {block!r}")
-    if message.role == "assistant":
-        stop = _STOP.get(message.stop_reason or "", "")
-        if not stop:
-            stop = "toolUse" if message.tool_calls else "stop"
-        return {"role": "assistant", "content": blocks, "stopReason": stop}
-    if message.role == "tool_result":
-        return {"role": "toolResult", "toolCallId": message.tool_call_id,
-                "toolName": message.tool_name, "content": blocks, "isError": message.is_error}
-    if message.origin in ("typed", "steering"):
-        return {"role": "user", "content": blocks}
-    return {"role": "custom", "customType": message.origin, "content": blocks}
-
-
 def session_entries(path: Path) -> list[Entry]:
-    return [(m.id, pi_message(m)) for m in load(str(path)).conversation.messages]
+    return [(m.id, pi_shaped(m)) for m in load(str(path)).conversation.messages]
 
 
 # --- labels --------------------------------------------------------------------------------
