@@ -93,6 +93,7 @@ class ContextSettings:
     enabled: bool = True
     token_budget: int = 128_000
     trim_to_tokens: int | None = None
+    first_cut: float | None = None  # paging.select.first_cut_target; None: upstream's
     estimator: str = "tiktoken"
     distill: DistillConfig = field(default_factory=DistillConfig)
 
@@ -342,6 +343,7 @@ class ContextService:
                 [distilled[i].message or v.message if i in distilled else v.message
                  for i, v in enumerate(views.views)],
                 token_budget=budget, trim_to_tokens=trim, model_window=model_window,
+                first_cut=self.settings.first_cut,
                 resident_tokens=resident, estimates=estimates,
                 context_tokens=calibration.context_tokens if calibration else None,
                 token_estimates=calibration.token_estimates if calibration else None,
