@@ -159,14 +159,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "(sets the cache prices distillation weighs its edits with)")
     parser.add_argument("--first-cut", type=float, default=None,
                         help="where a cut with no remembered frontier lands, as a fraction of "
-                        "the budget (default: the target, upstream's rule)")
+                        "the budget (default: the server's, 0.375; 1.0 is upstream's rule, the "
+                        "target)")
     args = parser.parse_args(argv)
     files = sorted(args.fixtures.glob("*/*.jsonl"))
     started = time.perf_counter()
     for budget in (int(b) for b in args.budgets.split(",")):
         options = ReplayOptions(budget=budget, estimator=args.estimator,
                                 distill=not args.no_distill, model=args.model,
-                                first_cut=args.first_cut)
+                                **({} if args.first_cut is None else
+                                   {"first_cut": args.first_cut}))
         rows = [HEADER]
         done: list[Replay] = []
         for path in files:
@@ -177,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             rows.append(row(path.stem[:48], result))
         print(f"\n== budget {budget:,} (estimator {args.estimator}, distillation "
               f"{'off' if args.no_distill else 'on'}"
-              f"{'' if args.first_cut is None else f'; first cut {args.first_cut}'}"
+              f"; first cut {options.first_cut}"
               "; F full history, "
               f"C compaction at 167k to 3.5k, W window) ==")
         print(table(rows))

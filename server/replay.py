@@ -60,7 +60,7 @@ _HEX = re.compile(r"[0-9a-f]{8,}")
 class ReplayOptions:
     budget: int = 128_000
     trim_to: int | None = None
-    first_cut: float | None = None  # ContextSettings.first_cut (fraction of the budget)
+    first_cut: float | None = ContextSettings.first_cut  # fraction of the budget; 1.0: target
     estimator: str = "tiktoken"
     distill: bool = True
     model_window: int = 200_000

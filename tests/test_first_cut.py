@@ -111,3 +111,51 @@ def test_an_invalid_first_cut_fraction_is_a_trim_target_error(bad):
     with pytest.raises(ContextSelectionError) as caught:
         select(conversation(2)[:5], first_cut=bad)
     assert caught.value.code == "INVALID_TRIM_TARGET"
+
+
+# -- the server's default (index/context.py ContextSettings.first_cut) -------------------------
+
+
+def _anthropic_conversation(turns: int) -> list[dict]:
+    """A Claude-shaped session: each turn a question, a grep and its ~600-token output."""
+    messages: list[dict] = []
+    for n in range(turns):
+        messages += [
+            {"role": "user", "content": f"Question {n}: where is handler_{n} defined?"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": f"t{n}", "name": "grep", "input": {"q": f"h{n}"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}",
+                                          "content": f"src/h{n}.py:1: " + "z" * 2_400}]},
+            {"role": "assistant", "content": [{"type": "text", "text": f"In src/h{n}.py."}]},
+        ]
+    return messages
+
+
+def _first_cut_reply(tmp_path, **settings) -> dict:
+    """The reply to the first request of a growing session that crosses a 6,000 budget."""
+    from context_paging.index.context import ContextSettings
+    from context_paging.index.service import History
+    from context_paging.paging.distill import DistillConfig
+
+    service = History({}, tmp_path, ContextSettings(token_budget=6_000, estimator="chars4",
+                                                    distill=DistillConfig(enabled=False),
+                                                    **settings))
+    try:
+        messages = _anthropic_conversation(20)
+        for end in range(4, len(messages) + 1, 4):
+            reply = service.select_context("first-cut", messages[:end], fmt="anthropic")
+            if reply["frontier"] is not None:
+                return reply
+    finally:
+        service.close()
+    raise AssertionError("the session never crossed the budget")
+
+
+def test_the_server_cuts_first_to_three_eighths_of_the_budget_by_default(tmp_path):
+    reply = _first_cut_reply(tmp_path / "default")
+    assert reply["estimated_tokens"] <= 6_000 * 3 // 8
+    upstream = _first_cut_reply(tmp_path / "upstream", first_cut=1.0)
+    assert 6_000 * 3 // 8 < upstream["estimated_tokens"] <= upstream["target_tokens"] == 3_750
+    # An explicit trim target is where every cut lands, the first included.
+    explicit = _first_cut_reply(tmp_path / "explicit", trim_to_tokens=4_500)
+    assert 6_000 * 3 // 8 < explicit["estimated_tokens"] <= 4_500
