@@ -39,6 +39,9 @@ Changed:
   such single messages after it stay with it.
 * Recovery mode needs at least one result it can replace with a read call; without one it
   raises the recovery error instead of sending a "recovery" window that recovered nothing.
+* ``first_cut`` (issue 16, off unless passed): a cut made with no remembered frontier — the
+  session first crossing the budget — may land deeper than the target; see
+  ``first_cut_target``. Without it every cut trims to the target, as upstream.
 * W13: notice numbers use fixed en-US grouping. The notice is text, its cost is the caller's
   ``notice_tokens(text)`` (a recovery replacement is costed the same way).
 """
