@@ -15,7 +15,7 @@ full history of some request exceeds the budget):
 * recoverability at least 98 %.
 
     python bench/replay_eval.py [--estimator chars4|tiktoken] [--budgets 128000,24000]
-                                [--no-distill] [--model provider/id]
+                                [--no-distill] [--model provider/id] [--first-cut 0.375]
 
 Issue 16's goals are checked on all sessions too: none costs more than its full history, the
 total cost is at most 0.9x compaction at 128k and 0.4x at smaller budgets, and every cache break
@@ -157,12 +157,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-distill", action="store_true", help="paging alone")
     parser.add_argument("--model", default=None, help="provider/id passed to select_context "
                         "(sets the cache prices distillation weighs its edits with)")
+    parser.add_argument("--first-cut", type=float, default=None,
+                        help="where a cut with no remembered frontier lands, as a fraction of "
+                        "the budget (default: the server's, 0.375; 1.0 is upstream's rule, the "
+                        "target)")
     args = parser.parse_args(argv)
     files = sorted(args.fixtures.glob("*/*.jsonl"))
     started = time.perf_counter()
     for budget in (int(b) for b in args.budgets.split(",")):
         options = ReplayOptions(budget=budget, estimator=args.estimator,
-                                distill=not args.no_distill, model=args.model)
+                                distill=not args.no_distill, model=args.model,
+                                **({} if args.first_cut is None else
+                                   {"first_cut": args.first_cut}))
         rows = [HEADER]
         done: list[Replay] = []
         for path in files:
@@ -172,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             done.append(result)
             rows.append(row(path.stem[:48], result))
         print(f"\n== budget {budget:,} (estimator {args.estimator}, distillation "
-              f"{'off' if args.no_distill else 'on'}; F full history, "
+              f"{'off' if args.no_distill else 'on'}"
+              f"; first cut {options.first_cut}"
+              "; F full history, "
               f"C compaction at 167k to 3.5k, W window) ==")
         print(table(rows))
         paging = [r for r in done if r.totals()["full"].peak > budget]

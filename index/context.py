@@ -93,6 +93,11 @@ class ContextSettings:
     enabled: bool = True
     token_budget: int = 128_000
     trim_to_tokens: int | None = None
+    # Where the first cut lands, a fraction of the budget (paging.select.first_cut_target):
+    # deeper than the 5/8 target, so it re-writes less and the next cut comes later (issue 16;
+    # measured with bench/replay_eval.py). 1.0 or None: upstream's rule, the target. An explicit
+    # trim target is where every cut lands, the first included.
+    first_cut: float | None = 0.375
     estimator: str = "tiktoken"
     distill: DistillConfig = field(default_factory=DistillConfig)
 
@@ -342,6 +347,7 @@ class ContextService:
                 [distilled[i].message or v.message if i in distilled else v.message
                  for i, v in enumerate(views.views)],
                 token_budget=budget, trim_to_tokens=trim, model_window=model_window,
+                first_cut=self.settings.first_cut if trim is None else None,
                 resident_tokens=resident, estimates=estimates,
                 context_tokens=calibration.context_tokens if calibration else None,
                 token_estimates=calibration.token_estimates if calibration else None,

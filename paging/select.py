@@ -39,6 +39,9 @@ Changed:
   such single messages after it stay with it.
 * Recovery mode needs at least one result it can replace with a read call; without one it
   raises the recovery error instead of sending a "recovery" window that recovered nothing.
+* ``first_cut`` (issue 16, off unless passed): a cut made with no remembered frontier — the
+  session first crossing the budget — may land deeper than the target; see
+  ``first_cut_target``. Without it every cut trims to the target, as upstream.
 * W13: notice numbers use fixed en-US grouping. The notice is text, its cost is the caller's
   ``notice_tokens(text)`` (a recovery replacement is costed the same way).
 """
@@ -163,6 +166,7 @@ def select_context(
     token_budget: int,
     trim_to_tokens: int | None = None,
     model_window: float | None = None,
+    first_cut: float | None = None,
     resident_tokens: float,
     estimates: Sequence[float],
     context_tokens: float | None = None,
@@ -178,9 +182,12 @@ def select_context(
     they are resident input); ``context_tokens`` is a provider-backed estimate of the whole
     input and ``token_estimates`` its per-message split (§6.6), each ignored when invalid;
     ``notice_tokens(text)`` is the non-negative cost of a notice or recovery replacement;
-    ``cut_state`` is the previous selection's, passed back unchanged.
+    ``cut_state`` is the previous selection's, passed back unchanged; ``first_cut`` (a
+    fraction of the budget; None: upstream's rule) is where a cut lands when no frontier is
+    remembered, see ``first_cut_target``.
     """
     limits = context_limits(token_budget, trim_to_tokens, model_window)
+    first_target = first_cut_target(limits, first_cut)
     if len(estimates) != len(messages):
         raise ValueError(f"{len(estimates)} estimates for {len(messages)} messages")
     measured = context_tokens if _finite_nonnegative(context_tokens) else None
@@ -195,7 +202,7 @@ def select_context(
         outgoing_only = [False] * len(messages)
     selector = _Selector(
         messages, costs, list(outgoing_only), limits, resident_tokens, measured, raw,
-        notice_tokens,
+        notice_tokens, first_target,
     )
     return selector.select(cut_state)
 
@@ -213,8 +220,10 @@ class _Selector:
         measured: float | None,
         raw: RawHistory | None,
         notice_tokens: Callable[[str], float],
+        first_target: float | None = None,
     ) -> None:
         self.messages, self.costs, self.outgoing = messages, costs, outgoing
+        self.first_target = limits.target_tokens if first_target is None else first_target
         self.limits, self.resident, self.raw = limits, resident, raw
         self.budget = limits.budget_tokens
         self._notice_tokens, self._notice_costs, self._notices = notice_tokens, {}, {}
@@ -534,7 +543,9 @@ class _Selector:
             return self.fallback("frontier-not-in-groups")
         else:
             view = applied
-        outcome = self.run(view, self.limits.target_tokens, remembered, True)
+        # The first crossing may cut deeper than later ones (first_cut_target).
+        destination = self.first_target if remembered is None else self.limits.target_tokens
+        outcome = self.run(view, destination, remembered, True)
         if outcome.cut_failure is not None:
             return self.fallback(outcome.cut_failure)
         if outcome.count == 0:
@@ -557,6 +568,29 @@ class _Selector:
             boundary.raw_estimate + self.cost(state.notice),
         )
         return self._selection(snapped, state)
+
+
+def first_cut_target(limits: Limits, first_cut: float | None) -> float:
+    """Where a cut lands when no frontier is remembered (the session first crosses the budget):
+    ``first_cut`` × the effective budget, never above the target; None keeps upstream's rule
+    (the first cut trims to the target like any other).
+
+    Under prompt caching every cut re-writes the whole kept window once (the notice and the
+    evicted prefix change its first bytes) and pays back only through the cache reads it saves
+    on later requests. A deeper first cut re-writes less and leaves more room before the next
+    cut, so it pays back sooner; the price is less recent history in the window (it stays
+    recoverable with the tools).
+    """
+    if first_cut is None:
+        return limits.target_tokens
+    if isinstance(first_cut, bool) or not isinstance(first_cut, int | float) or not (
+        0 < first_cut <= 1
+    ):
+        raise ContextSelectionError(
+            "INVALID_TRIM_TARGET",
+            f"The first-cut fraction {first_cut!r} is not a number in (0, 1].", 0, 0, 0,
+        )
+    return min(limits.target_tokens, max(1, math.floor(first_cut * limits.budget_tokens)))
 
 
 def _flat(atoms: Sequence[Atom]) -> tuple[int, ...]:

@@ -42,6 +42,12 @@ def _optional_positive_int(value: Any) -> int | None:
     return None if value is None else _positive_int(value)
 
 
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError("must be a number above 0 and at most 1")
+    return value
+
+
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("must be true or false")
@@ -69,6 +75,7 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         "enabled": (True, _boolean),
         "token_budget": (128_000, _positive_int),
         "trim_to_tokens": (None, _optional_positive_int),
+        "first_cut": (0.375, _fraction),  # index.context.ContextSettings.first_cut
         "estimator": ("tiktoken", _choice("tiktoken", "chars4")),
         # The largest request line serve reads (select_context carries whole conversations);
         # a larger one is answered REQUEST_TOO_LARGE without being parsed (server/transport.py).

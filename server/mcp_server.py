@@ -248,6 +248,7 @@ def make_history(settings: Settings) -> History:
         log.warning("%s", warning)
     context = ContextSettings(enabled=paging["enabled"], token_budget=paging["token_budget"],
                               trim_to_tokens=paging["trim_to_tokens"],
+                              first_cut=paging["first_cut"],
                               estimator=paging["estimator"], distill=distill)
     return History(settings.roots, settings.home, context, text_counter)
 

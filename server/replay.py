@@ -60,6 +60,7 @@ _HEX = re.compile(r"[0-9a-f]{8,}")
 class ReplayOptions:
     budget: int = 128_000
     trim_to: int | None = None
+    first_cut: float | None = ContextSettings.first_cut  # fraction of the budget; 1.0: target
     estimator: str = "tiktoken"
     distill: bool = True
     model_window: int = 200_000
@@ -273,7 +274,8 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
 
     settings = ContextSettings(
         token_budget=options.budget, trim_to_tokens=options.trim_to,
-        estimator=options.estimator, distill=DistillConfig(enabled=options.distill))
+        first_cut=options.first_cut, estimator=options.estimator,
+        distill=DistillConfig(enabled=options.distill))
     rows: list[RequestRow] = []
     window_sent: list[Sent] = []
     refused: list[tuple[int, str]] = []

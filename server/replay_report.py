@@ -155,6 +155,9 @@ def add_arguments(parser) -> None:
                         help="select_context's token budget (default 128000)")
     parser.add_argument("--trim-to", type=int, default=None,
                         help="where a cut lands (default 5/8 of the budget)")
+    parser.add_argument("--first-cut", type=float, default=None,
+                        help="where a cut with no remembered frontier lands, as a fraction of "
+                        "the budget (default 0.375; 1.0: the target, upstream's rule)")
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken",
                         help="token estimator for every strategy (chars4 is about twice as fast)")
     parser.add_argument("--no-distill", action="store_true", help="turn distillation off")
@@ -185,6 +188,7 @@ def options_from(args) -> ReplayOptions:
     threshold = args.compact_at if args.compact_at is not None else args.model_window - 33_000
     return ReplayOptions(
         budget=args.budget, trim_to=args.trim_to, estimator=args.estimator,
+        **({} if args.first_cut is None else {"first_cut": args.first_cut}),
         distill=not args.no_distill, model_window=args.model_window,
         compaction=Compaction(threshold, args.summary_tokens, args.keep_tokens),
         prices=Prices(args.price_uncached, args.price_write, args.price_read),
