@@ -36,6 +36,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,11 @@ class LedgerSession:
         self.decisions: list[Decision] = []  # in ledger order; the latest per target wins
         self._items: tuple[str | None, int, tuple[HistoryItem, ...]] | None = None
         self._converted: dict[str, list[Message]] = {}  # id -> its Messages (ids fix the prefix)
+        # The last path converted (ids, call-id -> name map after them, Messages before
+        # join_turns, joinable ids) and the last projection (its Messages, its items): a
+        # conversation that grew by a turn converts and projects only that turn (issue 12).
+        self._path: tuple[list[str], dict[str, str], list[Message], set[str]] | None = None
+        self._projected: tuple[list[Message], tuple[HistoryItem, ...]] | None = None
 
     def refresh(self) -> None:
         if not self.path.exists() or self.cursor.unchanged():
@@ -112,6 +118,7 @@ class LedgerSession:
             self.records, self.head, self.issues = {}, None, []
             self.decisions = []
             self._converted = {}
+            self._path = self._projected = None
         self.issues.extend(chunk.issues)
         for record in chunk.records:
             value = record.value
@@ -212,10 +219,18 @@ class LedgerSession:
         return out[::-1]
 
     def messages(self) -> list[Message]:
-        names: dict[str, str] = {}
-        out: list[Message] = []
-        joinable: set[str] = set()  # Responses items: runs of model items are one turn
-        for message_id in self.path_ids():
+        ids = self.path_ids()
+        cached = self._path
+        # Chain ids commit to their whole prefix: if the last path's newest id sits at the same
+        # position in this one, everything before it is the same conversation, already
+        # converted (with the same call names), and only the ids after it are new.
+        if cached is not None and cached[0] and len(cached[0]) <= len(ids) \
+                and ids[len(cached[0]) - 1] == cached[0][-1]:
+            names, out, joinable = cached[1], cached[2], cached[3]
+            start = len(cached[0])
+        else:
+            names, out, joinable, start = {}, [], set(), 0
+        for message_id in ids[start:]:
             converted = self._converted.get(message_id)
             if converted is None:
                 record = self.records[message_id]
@@ -230,19 +245,54 @@ class LedgerSession:
             if self.records[message_id].get("format") == "responses":
                 joinable.add(message_id)
             out.extend(converted)
-        return join_turns(out, joinable) if joinable else out
+        self._path = (ids, names, out, joinable)
+        return join_turns(out, joinable) if joinable else list(out)
 
     def items(self) -> tuple[HistoryItem, ...]:
         self.refresh()
         key = (self.head, len(self.records))
         if self._items is None or self._items[:2] != key:
-            self._items = (*key, project(self.messages(), str(self.path)).items)
+            messages = self.messages()
+            items = _project_extending(self._projected, messages, str(self.path))
+            self._projected = (messages, items)
+            self._items = (*key, items)
         return self._items[2]
 
     def file_state(self) -> dict[str, Any]:
         stat = self.path.stat() if self.path.exists() else None
         return {"path": str(self.path), "size": stat.st_size if stat else 0,
                 "mtime_ns": stat.st_mtime_ns if stat else 0, "head": self.head}
+
+
+def _project_extending(previous: tuple[list[Message], tuple[HistoryItem, ...]] | None,
+                       messages: list[Message], path: str) -> tuple[HistoryItem, ...]:
+    """``project(messages).items``, reusing the previous projection for a shared prefix.
+
+    ``project`` starts afresh at every user message: what it makes before one depends only on
+    the messages before it (the look-ahead for tool results stops at a user message). So when
+    the first ``k`` Messages are the very objects projected last time and the ``k``-th is a
+    user message, the items before that message's item are unchanged; only the rest is
+    projected, and its items renumbered after them. Anything else projects everything."""
+    if previous is None:
+        return project(messages, path).items
+    old, old_items = previous
+    common = 0
+    for common in range(min(len(old), len(messages))):  # noqa: B007 — the index is the result
+        if old[common] is not messages[common]:
+            break
+    else:
+        common = min(len(old), len(messages))
+    boundary = next((k for k in range(common - 1, 0, -1) if messages[k].role == "user"), None)
+    if boundary is None:
+        return project(messages, path).items
+    anchor = messages[boundary]
+    before = next((n for n in range(len(old_items) - 1, -1, -1)
+                   if old_items[n].kind == "user" and old_items[n].message is anchor), None)
+    if before is None:
+        return project(messages, path).items
+    tail = project(messages[boundary:], path).items
+    return old_items[:before] + tuple(replace(item, sequence=item.sequence + before)
+                                      for item in tail)
 
 
 def _remember_names(messages: Sequence[Message], names: dict[str, str]) -> None:
