@@ -246,7 +246,17 @@ class ContextService:
 
     # --- the call -------------------------------------------------------------------------
 
-    def select(
+    def select(self, session: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`_select`. Its ledger appends are flushed to disk in the background while it
+        selects; the call answers, or raises, only once they are on disk (a failed flush is
+        the ``OSError`` a failed write would be), so an acknowledged call never loses a
+        message to a crash, and the flush costs it no time."""
+        try:
+            return self._select(session, *args, **kwargs)
+        finally:
+            self.ledger.synced(session)
+
+    def _select(
         self,
         session: str,
         messages: Sequence[Any],
@@ -282,7 +292,7 @@ class ContextService:
         skip = set(ephemeral) | set(views.resident)
         fps = self._fingerprints.fingerprints(ledger.ref, messages, skip, stored)
         ids = chain_ids(fps)
-        ledger.append(messages, ids, fmt)
+        ledger.append(messages, ids, fmt, durable=False)  # select waits for the flush
         self._fingerprints.remember(ids, fps)
         if not self.settings.enabled:
             return _disabled(messages) | {"last_message_id": ledger.head}
@@ -399,7 +409,7 @@ class ContextService:
                 saved = sum(held_estimates[i] - estimates[i] for i in cut.indexes)
                 selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
         if new:
-            ledger.append_decisions(new)
+            ledger.append_decisions(new, durable=False)
         recovery = selection.replacements or {}
         kept = [i for i in selection.indexes if i not in dropped]
         shown = [i for i in kept if i in distilled and i not in recovery]

@@ -18,6 +18,11 @@ re-sends the same prefix gets the same ids, and a host that edits or truncates i
 a new branch (new ids from the first changed message on) while the old branch stays stored.
 Outgoing-only (``ephemeral``) messages are never stored and take no part in the chain.
 
+Every append is on disk (``fsync``) before the call that made it answers. ``select_context``
+lets the ``fsync`` run in a background thread while it selects (``durable=False``) and waits for
+it, and re-raises its error, before it replies or raises (:meth:`LedgerSession.synced`): an
+acknowledged call has its messages on disk, and the disk's flush costs the call no time.
+
 A crash can leave a half-written last line; the reader treats it as pending, and the next append
 cuts it off first (its message is simply appended again, since the host re-sends it). Appends
 hold an exclusive ``flock`` so two server processes never interleave lines.
@@ -35,7 +40,9 @@ import logging
 import math
 import os
 import re
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,6 +116,8 @@ class LedgerSession:
         # conversation that grew by a turn converts and projects only that turn (issue 12).
         self._path: tuple[list[str], dict[str, str], list[Message], set[str]] | None = None
         self._projected: tuple[list[Message], tuple[HistoryItem, ...]] | None = None
+        self._flushing: list[Future[None]] = []  # fsyncs still running (durable=False writes)
+        self._flush_lock = threading.Lock()
 
     def refresh(self) -> None:
         if not self.path.exists() or self.cursor.unchanged():
@@ -132,8 +141,11 @@ class LedgerSession:
                 except (TypeError, ValueError):
                     continue  # a decision this version cannot read: that output stays whole
 
-    def append(self, messages: Sequence[Any], ids: Sequence[str | None], fmt: str) -> int:
-        """Store the messages not seen before and move the head. Returns how many were new."""
+    def append(self, messages: Sequence[Any], ids: Sequence[str | None], fmt: str,
+               durable: bool = True) -> int:
+        """Store the messages not seen before and move the head. Returns how many were new.
+        ``durable=False``: the lines are written, their ``fsync`` runs in the background; the
+        caller must call :meth:`synced` before it acknowledges anything."""
         self.refresh()
         lines = []
         parent = None
@@ -151,21 +163,35 @@ class LedgerSession:
             lines.append({"type": "head", "id": new_head, "ts": _now()})
             self.head = new_head
         if lines:
-            self._write(lines)
+            self._write(lines, durable)
         return sum(1 for line in lines if line["type"] == "message")
 
-    def append_decisions(self, decisions: Sequence[Decision]) -> None:
+    def append_decisions(self, decisions: Sequence[Decision], durable: bool = True) -> None:
         """Persist new distillation decisions (read back by :meth:`refresh` after a restart)."""
         if not decisions:
             return
         self.refresh()
         lines = [{"type": "decision", "ts": _now(), "decision": d.to_dict()} for d in decisions]
-        if self._write(lines):  # nothing else was written in between: these are the next lines
+        if self._write(lines, durable):  # nothing else was written in between: these are the next lines
             self.decisions.extend(Decision.from_dict(line["decision"]) for line in lines)
         else:
             self.refresh()  # read back in ledger order, after any other process's lines
 
-    def _write(self, lines: list[dict[str, Any]]) -> bool:
+    def synced(self) -> None:
+        """Wait for every background ``fsync`` of this session's appends; the first that failed
+        raises its ``OSError`` (the caller reports a storage error, as for a failed write)."""
+        with self._flush_lock:
+            pending = list(self._flushing)
+        failure: BaseException | None = None
+        for future in pending:  # each waits for all: another thread's call may hold ours
+            error = future.exception()
+            failure = failure or error
+        with self._flush_lock:
+            self._flushing = [f for f in self._flushing if f not in pending]
+        if failure is not None:
+            raise failure
+
+    def _write(self, lines: list[dict[str, Any]], durable: bool = True) -> bool:
         """Append the lines under the lock. Returns True when the file held exactly what this
         session had read before them, and moves the cursor past them: a 15 MB first append is
         then not read back and parsed again (the caller has the lines already)."""
@@ -180,7 +206,10 @@ class LedgerSession:
                 start = os.fstat(handle.fileno()).st_size
                 handle.write(data.encode("utf-8", "surrogatepass"))
                 handle.flush()
-                os.fsync(handle.fileno())
+                if durable:
+                    os.fsync(handle.fileno())
+                else:  # a second descriptor keeps the file open for the background fsync
+                    self._flush_later(os.dup(handle.fileno()))
                 stat = os.fstat(handle.fileno())
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
@@ -192,6 +221,21 @@ class LedgerSession:
         if start == 0:
             cursor.head = file_identity(str(self.path))["head"]  # type: ignore[assignment]
         return True
+
+    def _flush_later(self, fd: int) -> None:
+        def flush() -> None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        try:
+            future = _flusher().submit(flush)
+        except RuntimeError:  # the interpreter is shutting down: flush here
+            flush()
+            return
+        with self._flush_lock:
+            self._flushing.append(future)
 
     def path_ids(self) -> list[str]:
         """Ids from the first message to the head (the conversation the host sent last)."""
@@ -302,6 +346,19 @@ def _remember_names(messages: Sequence[Message], names: dict[str, str]) -> None:
             names[call.id] = call.name
 
 
+_FLUSHER: list[ThreadPoolExecutor] = []
+_FLUSHER_LOCK = threading.Lock()
+
+
+def _flusher() -> ThreadPoolExecutor:
+    """One thread for background fsyncs (the syscall releases the GIL, so it runs while the
+    caller selects); made on first use."""
+    with _FLUSHER_LOCK:
+        if not _FLUSHER:
+            _FLUSHER.append(ThreadPoolExecutor(1, thread_name_prefix="ledger-fsync"))
+        return _FLUSHER[0]
+
+
 def _no_follow(path: str, flags: int) -> int:
     """``open`` opener for files in the home: never write through a symlink planted there."""
     return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -328,6 +385,13 @@ class Ledger:
             session = self._sessions[name] = LedgerSession(self.directory, name)
         session.refresh()
         return session
+
+    def synced(self, ref: str) -> None:
+        """:meth:`LedgerSession.synced` for a session this ledger has open (nothing to wait
+        for otherwise, or for an id that is not valid)."""
+        session = self._sessions.get(ref.removeprefix("ledger:")) if isinstance(ref, str) else None
+        if session is not None:
+            session.synced()
 
     def sessions(self) -> list[str]:
         if not self.directory.is_dir():
