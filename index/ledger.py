@@ -52,6 +52,7 @@ from context_paging.index.canonical import canonical
 from context_paging.index.history import HistoryItem, project
 from context_paging.index.jsonl import FileCursor, Issue, file_identity, open_inside
 from context_paging.index.model import Message
+from context_paging.index.overwrite import overwrite
 from context_paging.index.sources.hosts import host_messages, join_turns
 from context_paging.paging.distill import Decision
 
@@ -436,10 +437,8 @@ class Ledger:
     def save_state(self, ref: str, state: dict[str, Any]) -> None:
         self.state_directory.mkdir(parents=True, exist_ok=True)
         path = self.state_directory / f"{check_session_id(ref)}.json"
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8", opener=_no_follow) as handle:
-            handle.write(json.dumps(state, ensure_ascii=False))
-        os.replace(tmp, path)
+        # In place, not a rename over the old file (about 2 ms a call on ext4): index/overwrite.py
+        overwrite(path, json.dumps(state, ensure_ascii=False).encode("utf-8"))
 
 
 def _number(value: Any) -> bool:
