@@ -239,10 +239,13 @@ class ContextService:
         """Spend at most ``spare_seconds`` counting uncounted views, newest first, so later
         calls (calibration, a longer window) find them in the cache."""
         deadline = time.perf_counter() + self.spare_seconds
+        last = 0.0  # the previous count's time: a count that would not fit is not started
         for index in sorted(lazy, reverse=True):
-            if time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if now + last >= deadline:
                 return
             self._view_estimate(index, views, fps, distilled)
+            last = time.perf_counter() - now
 
     # --- the call -------------------------------------------------------------------------
 
