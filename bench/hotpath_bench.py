@@ -185,7 +185,8 @@ def main() -> None:
                 print(f"round {round_} {kind:<8} {name:<6} p50 {r['p50'] * 1000:7.1f} ms"
                       f"{extra}  (x{r['p50'] / r['floor']:.2f} its JSON floor, "
                       f"{r['floor'] * 1000:.1f} ms)", flush=True)
-    print(f"\nmedians over {args.rounds} rounds ({', '.join(f'{n} = {c}' for n, c in checkouts.items())}):")
+    names = ", ".join(f"{n} = {c}" for n, c in checkouts.items())
+    print(f"\nmedians over {args.rounds} rounds ({names}):")
     for kind in kinds:
         row = {}
         for name in checkouts:

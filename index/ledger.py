@@ -28,7 +28,8 @@ cuts it off first (its message is simply appended again, since the host re-sends
 hold an exclusive ``flock`` so two server processes never interleave lines.
 
 Per-session selection state (the cut frontier and its frozen notice, calibration memory) lives
-in ``CONTEXT_PAGING_HOME/state/<session>.json``, replaced atomically.
+in ``CONTEXT_PAGING_HOME/state/<session>.json``, rewritten in place on every call
+(``index/overwrite.py``; readers take a shared lock, so they see the old or the new value).
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ class LedgerSession:
             return
         self.refresh()
         lines = [{"type": "decision", "ts": _now(), "decision": d.to_dict()} for d in decisions]
-        if self._write(lines, durable):  # nothing else was written in between: these are the next lines
+        # True: nothing else was written in between, these are the next lines
+        if self._write(lines, durable):
             self.decisions.extend(Decision.from_dict(line["decision"]) for line in lines)
         else:
             self.refresh()  # read back in ledger order, after any other process's lines
@@ -417,6 +419,7 @@ class Ledger:
         path = self.state_directory / f"{check_session_id(ref)}.json"
         try:
             with open_inside(path, self.state_directory) as handle:
+                fcntl.flock(handle, fcntl.LOCK_SH)  # save_state writes in place under LOCK_EX
                 value = json.loads(handle.read().decode("utf-8"))
         except FileNotFoundError:
             return {}

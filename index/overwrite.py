@@ -6,9 +6,10 @@ proxy's tallies are rewritten on every ``select_context`` call, so that was a fi
 hot path (issue 12/13 follow-up). :func:`overwrite` instead writes the new text over the old in
 place, under an exclusive ``flock``, in one ``pwrite`` from offset 0, padded with spaces to the
 old length (JSON allows trailing whitespace), so a process killed at any point leaves either the
-old or the new value, never a mix. A shorter value leaves the file long; it is cut to size once
-the padding would be more than the value (a kill between that write and the cut leaves only
-extra spaces).
+old or the new value, never a mix; a reader that must not see a write in progress takes a
+shared ``flock`` (``Ledger.load_state`` does). A shorter value leaves the file long; it is cut
+to size once the padding would be more than the value (a kill between that write and the cut
+leaves only extra spaces).
 
 What the rename gave and this does not: after a power loss (nothing here is fsynced, as before)
 a rewritten file may be torn. The readers already treat a damaged file as absent (the state's

@@ -43,7 +43,8 @@ def fresh_items(home: Path) -> tuple:
     return project(session.messages(), str(session.path)).items
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(turns, st.integers(0, 3)), min_size=1, max_size=6))
 def test_items_match_a_fresh_projection(tmp_path_factory, steps) -> None:
     home = tmp_path_factory.mktemp("ledger")
