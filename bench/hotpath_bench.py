@@ -15,7 +15,9 @@ turns (A B A B …) so machine load falls on both alike:
 
 Each figure is printed with its ratio to the JSON floor timed in the same worker (issue 12's
 ``json.loads(json.dumps(messages))`` for the first two, the body's round trip for the proxy),
-then the medians over rounds and this checkout's time as a share of the other's.
+then the medians over rounds and this checkout's time as a share of the other's. The in-process
+paths also report the process's CPU time per call (p50), which other load on a shared machine
+disturbs far less than wall time (it leaves out waiting for the disk, which wall time has).
 
     python bench/hotpath_bench.py --against <other checkout> [--rounds 3] [--turns 15]
                                   [--no-stdio] [--no-proxy]
@@ -57,13 +59,14 @@ def library_after_id(turns: int) -> dict:
         svc = ContextService(Ledger(Path(home)), ContextSettings(token_budget=128_000),
                              text_counter())
         last = svc.select(**_call_args(messages))
-        times = []
+        times, cpu = [], []
         for n in range(1, turns + 1):
             call = _call_args(turn(300 + n, 52_428) + [messages[-1]])
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             last = svc.select(**call, after_id=last["last_message_id"])
             times.append(time.perf_counter() - start)
-    return {"p50": statistics.median(times), "floor": floor}
+            cpu.append(time.process_time() - start_cpu)
+    return {"p50": statistics.median(times), "cpu": statistics.median(cpu), "floor": floor}
 
 
 def stdio_after_id(turns: int) -> dict:
@@ -124,18 +127,20 @@ def proxy_path() -> dict:
              for p in sorted((FIXTURES / "claude-code").glob("*.jsonl"))]
     cases += [(wire.RESPONSES, codex_requests(p))
               for p in sorted((FIXTURES / "codex").glob("*.jsonl"))]
-    times, floors = [], []
+    times, cpu, floors = [], [], []
     for api, requests in cases:
         for body in requests:
             raw = json.dumps(body).encode()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             _, note, _ = proxy._paged(api, raw, headers)
             if note is not None:
                 note()
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
             floors.append(json_floor(raw))
     history.close()
-    return {"p50": _p(times, .5), "p95": _p(times, .95), "floor": _p(floors, .5),
+    return {"p50": _p(times, .5), "p95": _p(times, .95), "cpu": _p(cpu, .5),
+            "floor": _p(floors, .5),
             "floor95": _p(floors, .95), "requests": len(times)}
 
 
@@ -182,6 +187,7 @@ def main() -> None:
                 r = measure(checkout, kind, args.turns)
                 results.setdefault((kind, name), []).append(r)
                 extra = f", p95 {r['p95'] * 1000:.1f} ms" if "p95" in r else ""
+                extra += f", CPU p50 {r['cpu'] * 1000:.1f} ms" if "cpu" in r else ""
                 print(f"round {round_} {kind:<8} {name:<6} p50 {r['p50'] * 1000:7.1f} ms"
                       f"{extra}  (x{r['p50'] / r['floor']:.2f} its JSON floor, "
                       f"{r['floor'] * 1000:.1f} ms)", flush=True)
@@ -193,11 +199,14 @@ def main() -> None:
             rs = results[(kind, name)]
             row[name] = (statistics.median(r["p50"] for r in rs),
                          statistics.median(r["p50"] / r["floor"] for r in rs),
-                         statistics.median(r.get("p95", 0) for r in rs))
+                         statistics.median(r.get("p95", 0) for r in rs),
+                         statistics.median(r.get("cpu", 0) for r in rs))
         cells = "   ".join(f"{n}: p50 {v[0] * 1000:.1f} ms (x{v[1]:.2f} floor"
-                           + (f", p95 {v[2] * 1000:.1f} ms)" if v[2] else ")")
+                           + (f", p95 {v[2] * 1000:.1f} ms" if v[2] else "")
+                           + (f", CPU {v[3] * 1000:.1f} ms)" if v[3] else ")")
                            for n, v in row.items())
         share = (f"   this/other {row['this'][0] / row['other'][0]:.2f}"
+                 + (f" (CPU {row['this'][3] / row['other'][3]:.2f})" if row["this"][3] else "")
                  if "other" in row else "")
         print(f"{kind:<8} {cells}{share}")
 
