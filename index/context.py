@@ -244,14 +244,27 @@ class ContextService:
         """Spend at most ``spare_seconds`` counting uncounted views, newest first, so later
         calls (calibration, a longer window) find them in the cache."""
         deadline = time.perf_counter() + self.spare_seconds
+        last = 0.0  # the previous count's time: a count that would not fit is not started
         for index in sorted(lazy, reverse=True):
-            if time.perf_counter() >= deadline:
+            now = time.perf_counter()
+            if now + last >= deadline:
                 return
             self._view_estimate(index, views, fps, distilled)
+            last = time.perf_counter() - now
 
     # --- the call -------------------------------------------------------------------------
 
-    def select(
+    def select(self, session: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`_select`. Its ledger appends are flushed to disk in the background while it
+        selects; the call answers, or raises, only once they are on disk (a failed flush is
+        the ``OSError`` a failed write would be), so an acknowledged call never loses a
+        message to a crash, and the flush costs it no time."""
+        try:
+            return self._select(session, *args, **kwargs)
+        finally:
+            self.ledger.synced(session)
+
+    def _select(
         self,
         session: str,
         messages: Sequence[Any],
@@ -287,7 +300,7 @@ class ContextService:
         skip = set(ephemeral) | set(views.resident)
         fps = self._fingerprints.fingerprints(ledger.ref, messages, skip, stored)
         ids = chain_ids(fps)
-        ledger.append(messages, ids, fmt)
+        ledger.append(messages, ids, fmt, durable=False)  # select waits for the flush
         self._fingerprints.remember(ids, fps)
         if not self.settings.enabled:
             return _disabled(messages) | {"last_message_id": ledger.head}
@@ -405,7 +418,7 @@ class ContextService:
                 saved = sum(held_estimates[i] - estimates[i] for i in cut.indexes)
                 selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
         if new:
-            ledger.append_decisions(new)
+            ledger.append_decisions(new, durable=False)
         recovery = selection.replacements or {}
         kept = [i for i in selection.indexes if i not in dropped]
         shown = [i for i in kept if i in distilled and i not in recovery]

@@ -15,12 +15,12 @@ provider's prompt cache can reuse.
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from context_paging.index.overwrite import overwrite
 from context_paging.index.stats import ProxyFigures
 
 LAST = "last.json"
@@ -35,9 +35,7 @@ def proxy_directory(home: Path) -> Path:
 
 def _write(path: Path, value: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value), encoding="utf-8")
-    os.replace(tmp, path)
+    overwrite(path, json.dumps(value).encode())  # in place: no rename on every request
 
 
 def _read(path: Path) -> dict[str, Any] | None:

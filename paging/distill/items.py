@@ -250,7 +250,7 @@ def collect_images(
     """
     if keep_turns <= 0:
         return []
-    calls: dict[str, Call] = {c.id: c for c in calls_of(messages, 0, len(messages))}
+    calls: dict[str, Call] | None = None  # made when the first image output needs a label
     items: list[ImageItem] = []
     after = assistant_count(messages)
     for i, message in enumerate(messages):
@@ -267,6 +267,8 @@ def collect_images(
         sizes = [s for _, s in costs if s is not None]
         stub = image_stub(call_id, len(images), sizes, tokens, after)
         texts = sum(len(str(b.get("text", ""))) for b in blocks(message) if b.get("type") == "text")
+        if calls is None:
+            calls = {c.id: c for c in calls_of(messages, 0, len(messages))}
         call = calls.get(call_id)
         tool = message.get("toolName") or (call.name if call else "tool")
         label = tool_label(str(tool), call.arguments if call else {})
