@@ -10,8 +10,9 @@ index gives once it has caught up (tests/test_scan.py checks that).
 It does not tokenize everything. For each query term it counts, in each item's lower-cased text,
 the occurrences the index would count: a term of one or two words (``needle``, ``paraxial.io``)
 is found wherever it stands between non-word characters, which is exactly where it is a token, a
-part or a pair (index.analysis); a longer compound only as a whole token. Items whose text is
-not ASCII are analyzed in full (the Unicode rules, Han characters, are not worth repeating).
+part or a pair (index.analysis); a longer compound only as a whole token. Non-ASCII text is
+first made ASCII with the same token boundaries (:func:`_as_ascii`); only items holding Han
+characters, or searched for non-ASCII terms, are analyzed in full.
 BM25 also needs every item's length in tokens, which :func:`index.analysis.token_count` gives
 without building them;
 those are kept per item and text, so a repeated search while the index is still catching up
@@ -20,9 +21,11 @@ does not count again.
 
 from __future__ import annotations
 
+import codecs
 import math
-import re
 from collections.abc import Iterable, MutableMapping, Sequence
+
+import regex
 
 from context_paging.index.analysis import (
     WHOLE_BOOST,
@@ -64,7 +67,7 @@ def _whole_count(lowered: str, term: str) -> int:
     return count
 
 
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_A")  # "A": see _as_ascii
 
 
 def _bounded_count(lowered: str, term: str) -> int:
@@ -111,26 +114,27 @@ def scan_search(
     tf: dict[str, dict[str, int]] = {t: {} for t in terms}
     lengths_by_id: dict[str, int] = {}
     total = 0
+    ascii_terms = all(term.isascii() for term in terms)
     for doc in visible:
-        lowered = _as_ascii(doc.text.lower())
-        ascii_text = lowered.isascii()
+        lowered = doc.text.lower()
+        text = _as_ascii(lowered)  # None: Han characters, the Unicode rules apply in full
         key = (doc.history_id, hash(doc.text))  # documents here may carry no fingerprint
         length = lengths.get(key)
         if length is None:
-            length = token_count(lowered) if ascii_text else len(tokens(doc.text))
+            length = token_count(text) if text is not None else len(tokens(doc.text))
             lengths[key] = length
         lengths_by_id[doc.history_id] = length
         total += length
         full = None
-        if not ascii_text:  # the Unicode rules: analyze it all, if it can hold a term at all
+        if text is None or not ascii_terms:  # analyze it all, if it can hold a term at all
             if not any(term in lowered for term in terms):
                 continue
             full = term_counts(doc.text)
         for term in terms:
             if full is not None:
                 n = full.get(term, 0)
-            elif term in lowered:  # a cheap pre-check: most items hold no query term
-                n = counters[term](lowered)
+            elif term in text:  # a cheap pre-check: most items hold no query term
+                n = counters[term](text)
             else:
                 n = 0
             if n:
@@ -162,18 +166,46 @@ def scan_search(
     return [Hit(d.session, d.history_id, d.sequence, -s) for s, _, _, d in scored[:limit]]
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# Non-ASCII text is made ASCII with the same token boundaries: each letter or digit (what the
+# tokenizer's ``[\p{L}\p{N}]`` matches) becomes "A", anything else a space. "A" is a word
+# character here but can be in no query term (terms are lower-case), so a term is found in the
+# stand-in text exactly where it is a token, part or pair of the original, and token_count
+# gives the original's length. Only Han characters need the full rules (a Han character
+# starts a one-character token). The encoder hands over each run of non-ASCII characters at
+# once; runs repeat (box drawing, ellipses, words of a language), so they are cached.
+_LETTER = regex.compile(r"[\p{L}\p{N}]")
+_HAN = regex.compile(r"\p{Script=Han}")
+_STAND_INS: dict[str, str] = {}
+_STAND_INS_MAX = 1 << 16
 
 
-def _as_ascii(lowered: str) -> str:
-    """``lowered`` with its non-ASCII characters as spaces when none of them is a letter or a
-    digit (``…``, ``✓``, box drawing): they separate tokens like a space, so the tokens stay the
-    same and the fast ASCII counting applies. Otherwise ``lowered`` unchanged."""
+class _HanFound(Exception):
+    """Raised out of the encoder: the text needs the full Unicode rules."""
+
+
+def _stand_in(error: UnicodeEncodeError) -> tuple[str, int]:
+    run = error.object[error.start:error.end]
+    replacement = _STAND_INS.get(run)
+    if replacement is None:
+        if _HAN.search(run):
+            raise _HanFound
+        replacement = "".join("A" if _LETTER.match(c) else " " for c in run)
+        if len(_STAND_INS) < _STAND_INS_MAX:
+            _STAND_INS[run] = replacement
+    return replacement, error.end
+
+
+codecs.register_error("context_paging.scan_stand_in", _stand_in)
+
+
+def _as_ascii(lowered: str) -> str | None:
+    """``lowered`` as ASCII with the same tokens (see above), or None when it holds Han."""
     if lowered.isascii():
         return lowered
-    if any(c.isalnum() for c in set(_NON_ASCII.findall(lowered))):
-        return lowered
-    return _NON_ASCII.sub(" ", lowered)
+    try:
+        return lowered.encode("ascii", "context_paging.scan_stand_in").decode("ascii")
+    except _HanFound:
+        return None
 
 
 def _passes(doc: IndexDoc, files: Iterable[str], tools: Iterable[str], failed: bool | None) -> bool:

@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x", "a.b.c",
          "x.a.b", "inc-pager-047", "inc/pager/047", "needle.", "-needle-", "xneedle", "needlex",
          "_io", "a_b.c", "zpager-047", "io", "a.a.a", "a.a", "✓ needle…", "→io", "请分页",
-         "Ünïcode", "hay", "hay", "hay", "tokens=128........", "b.c"]
+         "Ünïcode", "hay", "hay", "hay", "tokens=128........", "b.c", "café.io", "naïve-needle",
+         "Ωneedle", "needleé", "cafe\u0301", "привет/a.a", "x\ud800needle", "①io", "ab请needle",
+         "─┼─hay", "KELVIN\u212a"]
 QUERIES = ["a.a", "needle", "paraxial.io", "a.b", "a.b.c", "inc-pager-047", "io hay", "分页", "",
-           "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128"]
+           "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128", "cafe", "caf", "io needle",
+           "привет", "a.a.a hay", "naïve-needle", "kelvink"]
 
 
 def doc(session: str, n: int, words: list[str], **extra) -> IndexDoc:
@@ -61,3 +64,18 @@ def test_overlapping_pairs_count_as_the_index_counts_them():
     found = scan_search(docs, "a.a")
     assert [(h.history_id, round(h.score, 9)) for h in found] == \
         [(h.history_id, round(h.score, 9)) for h in expected]
+
+
+@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t!éÉßΩж①…✓─\u0301\u212a\ud800"), max_size=60))
+def test_non_ascii_text_keeps_its_tokens_once_made_ascii(text):
+    from context_paging.index.scan import _as_ascii
+
+    stand_in = _as_ascii(text.lower())
+    assert stand_in is not None and stand_in.isascii()
+    assert token_count(stand_in) == len(tokens(text))
+
+
+def test_text_with_han_characters_is_left_to_the_full_rules():
+    from context_paging.index.scan import _as_ascii
+
+    assert _as_ascii("ab请needle") is None
