@@ -64,10 +64,9 @@ def tokens(text: str) -> list[str]:
 # token_count: word characters become "a", separators are deleted, the rest become " ", in one
 # C pass. Deleting the separators joins each token into one run of "a"s (a run of separators
 # alone vanishes), so the tokens are the runs of "a": far faster than counting ``findall``.
-# Upper-case letters count as word characters too: index.scan writes "A" for each non-ASCII
-# letter or digit (lower-cased text holds no other upper-case ASCII).
 _CLASSES = bytes(
-    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) == "_") else ord(" ")
+    ord("a") if chr(c).isascii() and (chr(c).isalnum() or chr(c) == "_") and not chr(c).isupper()
+    else ord(" ")
     for c in range(256)
 )
 

@@ -11,7 +11,7 @@ It does not tokenize everything. For each query term it counts, in each item's l
 the occurrences the index would count: a term of one or two words (``needle``, ``paraxial.io``)
 is found wherever it stands between non-word characters, which is exactly where it is a token, a
 part or a pair (index.analysis); a longer compound only as a whole token. Non-ASCII text is
-first made ASCII with the same token boundaries (:func:`_as_ascii`); only items holding Han
+first made ASCII with the same token boundaries (:func:`_stand_in_bytes`); only items holding Han
 characters, or searched for non-ASCII terms, are analyzed in full.
 BM25 also needs every item's length in tokens, which :func:`index.analysis.token_count` gives
 without building them;
@@ -32,7 +32,6 @@ from context_paging.index.analysis import (
     compound_terms,
     query_tokens,
     term_counts,
-    token_count,
     tokens,
 )
 from context_paging.index.store import Hit, IndexDoc
@@ -41,16 +40,18 @@ K1, B = 1.2, 0.75
 
 
 def _counter(term: str):
-    """A function counting ``term``'s occurrences (as the index counts them) in ASCII text."""
+    """A function counting ``term``'s occurrences (as the index counts them) in the ASCII
+    stand-in of a text (:func:`_stand_in_bytes`)."""
+    needle = term.encode("ascii")
     if len(compound_terms(term)[0]) > 2:  # three or more words: only ever a whole token
-        return lambda lowered: _whole_count(lowered, term)
-    return lambda lowered: _bounded_count(lowered, term)
+        return lambda lowered: _whole_count(lowered, needle)
+    return lambda lowered: _bounded_count(lowered, needle)
 
 
-_SEPARATOR = frozenset("./:-")
+_SEPARATOR = frozenset(b"./:-")
 
 
-def _whole_count(lowered: str, term: str) -> int:
+def _whole_count(lowered: bytes, term: bytes) -> int:
     """Occurrences of ``term`` as a whole token: the run of token characters around it is the
     term with at most separators at its edges (which the tokenizer strips)."""
     count, start, size = 0, lowered.find(term), len(term)
@@ -67,12 +68,12 @@ def _whole_count(lowered: str, term: str) -> int:
     return count
 
 
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_A")  # "A": see _as_ascii
+_WORD = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_\x80")  # \x80: see _stand_in_bytes
 
 
-def _bounded_count(lowered: str, term: str) -> int:
+def _bounded_count(lowered: bytes, term: bytes) -> int:
     """Occurrences of ``term`` between non-word characters, overlapping ones included (the
-    pairs of ``a.a.a`` are ``a.a`` twice). ``str.find`` is a fast literal search; a regex
+    pairs of ``a.a.a`` are ``a.a`` twice). ``bytes.find`` is a fast literal search; a regex
     with a look-behind is not."""
     count, start, size = 0, lowered.find(term), len(term)
     while start >= 0:
@@ -91,10 +92,13 @@ def scan_search(
     tools: Sequence[str] = (),
     failed: bool | None = None,
     limit: int = 5,
-    lengths: MutableMapping[tuple[str, int], int] | None = None,
+    cache: MutableMapping[tuple[str, int], tuple[int, bytes | None]] | None = None,
 ) -> list[Hit]:
     """The hits :meth:`SearchIndex.search` gives for one session's ``docs`` (all of them,
-    hidden ones included, as they would be synced)."""
+    hidden ones included, as they would be synced).
+
+    ``cache`` keeps each item's length and ASCII stand-in between searches of the same
+    session (a repeated search while the index catches up then only looks for its terms)."""
     if limit < 1:
         return []
     wanted_docs = {}
@@ -109,31 +113,33 @@ def scan_search(
     if not wanted:
         return []
     terms = list(dict.fromkeys(t for token in wanted for t in token.terms))
-    counters = {t: _counter(t) for t in terms}
-    lengths = {} if lengths is None else lengths
+    counters = {t: _counter(t) for t in terms if t.isascii()}
+    needles = {t: t.encode("ascii") for t in terms if t.isascii()}
+    cache = {} if cache is None else cache
     tf: dict[str, dict[str, int]] = {t: {} for t in terms}
     lengths_by_id: dict[str, int] = {}
     total = 0
     ascii_terms = all(term.isascii() for term in terms)
     for doc in visible:
-        lowered = doc.text.lower()
-        text = _as_ascii(lowered)  # None: Han characters, the Unicode rules apply in full
         key = (doc.history_id, hash(doc.text))  # documents here may carry no fingerprint
-        length = lengths.get(key)
-        if length is None:
-            length = token_count(text) if text is not None else len(tokens(doc.text))
-            lengths[key] = length
+        known = cache.get(key)
+        if known is None:
+            text = _stand_in_bytes(doc.text)  # None: Han characters, the full rules apply
+            length = _count(text) if text is not None else len(tokens(doc.text))
+            cache[key] = known = (length, text)
+        length, text = known
         lengths_by_id[doc.history_id] = length
         total += length
         full = None
         if text is None or not ascii_terms:  # analyze it all, if it can hold a term at all
+            lowered = doc.text.lower()
             if not any(term in lowered for term in terms):
                 continue
             full = term_counts(doc.text)
         for term in terms:
             if full is not None:
                 n = full.get(term, 0)
-            elif term in text:  # a cheap pre-check: most items hold no query term
+            elif needles[term] in text:  # a cheap pre-check: most items hold no query term
                 n = counters[term](text)
             else:
                 n = 0
@@ -166,16 +172,19 @@ def scan_search(
     return [Hit(d.session, d.history_id, d.sequence, -s) for s, _, _, d in scored[:limit]]
 
 
-# Non-ASCII text is made ASCII with the same token boundaries: each letter or digit (what the
-# tokenizer's ``[\p{L}\p{N}]`` matches) becomes "A", anything else a space. "A" is a word
-# character here but can be in no query term (terms are lower-case), so a term is found in the
-# stand-in text exactly where it is a token, part or pair of the original, and token_count
-# gives the original's length. Only Han characters need the full rules (a Han character
-# starts a one-character token). The encoder hands over each run of non-ASCII characters at
-# once; runs repeat (box drawing, ellipses, words of a language), so they are cached.
+# Every item's text is made ASCII bytes with the same token boundaries: lower-cased, each
+# non-ASCII letter or digit (what the tokenizer's ``[\p{L}\p{N}]`` matches) as the byte 0x80,
+# anything else non-ASCII as a space. 0x80 is a word character here but can be in no query term
+# (terms searched this way are ASCII), so a term is found in the stand-in exactly where it is a
+# token, part or pair of the original, and _count gives the original's length. Only Han
+# characters need the full rules (a Han character starts a one-character token). The encoder
+# hands each run of non-ASCII characters to _stand_in at once; runs repeat (box drawing,
+# ellipses, words of a language), so they are cached. Lower-casing the bytes after encoding is
+# far cheaper than ``str.lower`` of non-ASCII text (a run is lower-cased on its own: only the
+# final sigma depends on context, and it is a letter either way).
 _LETTER = regex.compile(r"[\p{L}\p{N}]")
 _HAN = regex.compile(r"\p{Script=Han}")
-_STAND_INS: dict[str, str] = {}
+_STAND_INS: dict[str, bytes] = {}
 _STAND_INS_MAX = 1 << 16
 
 
@@ -183,13 +192,15 @@ class _HanFound(Exception):
     """Raised out of the encoder: the text needs the full Unicode rules."""
 
 
-def _stand_in(error: UnicodeEncodeError) -> tuple[str, int]:
+def _stand_in(error: UnicodeEncodeError) -> tuple[bytes, int]:
     run = error.object[error.start:error.end]
     replacement = _STAND_INS.get(run)
     if replacement is None:
         if _HAN.search(run):
             raise _HanFound
-        replacement = "".join("A" if _LETTER.match(c) else " " for c in run)
+        replacement = b"".join(  # lower-casing may give ASCII (the Kelvin sign gives "k")
+            c.encode("ascii") if c.isascii() else b"\x80" if _LETTER.match(c) else b" "
+            for c in run.lower())
         if len(_STAND_INS) < _STAND_INS_MAX:
             _STAND_INS[run] = replacement
     return replacement, error.end
@@ -198,14 +209,27 @@ def _stand_in(error: UnicodeEncodeError) -> tuple[str, int]:
 codecs.register_error("context_paging.scan_stand_in", _stand_in)
 
 
-def _as_ascii(lowered: str) -> str | None:
-    """``lowered`` as ASCII with the same tokens (see above), or None when it holds Han."""
-    if lowered.isascii():
-        return lowered
+def _stand_in_bytes(text: str) -> bytes | None:
+    """``text`` lower-cased as ASCII bytes with the same tokens (see above), or None when it
+    holds Han characters."""
     try:
-        return lowered.encode("ascii", "context_paging.scan_stand_in").decode("ascii")
+        return text.encode("ascii", "context_paging.scan_stand_in").lower()
     except _HanFound:
         return None
+
+
+# _count: word bytes become "a", separators are deleted, the rest become " ", in one C pass
+# (index.analysis.token_count's method, with 0x80 a word byte): the tokens are the runs of "a".
+_CLASSES = bytes(
+    ord("a") if c == 0x80 or chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789_" else ord(" ")
+    for c in range(256)
+)
+
+
+def _count(stand_in: bytes) -> int:
+    """The number of tokens of the text whose stand-in this is."""
+    runs = stand_in.translate(_CLASSES, b"./:-")
+    return runs.count(b" a") + runs.startswith(b"a")
 
 
 def _passes(doc: IndexDoc, files: Iterable[str], tools: Iterable[str], failed: bool | None) -> bool:

@@ -90,7 +90,7 @@ class History:
         self._count_text = count_text
         self._context: ContextService | None = None
         self._syncing: dict[str, threading.Thread] = {}
-        self._lengths: dict[str, dict] = {}  # per session: token counts by item and text
+        self._lengths: dict[str, dict] = {}  # per session: item lengths and stand-ins (scan)
         self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
 
     @property
