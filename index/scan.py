@@ -11,8 +11,8 @@ It does not tokenize everything. For each query term it counts, in each item's l
 the occurrences the index would count: a term of one or two words (``needle``, ``paraxial.io``)
 is found wherever it stands between non-word characters, which is exactly where it is a token, a
 part or a pair (index.analysis); a longer compound only as a whole token. Non-ASCII text is
-first made ASCII with the same token boundaries (:func:`_stand_in_bytes`); only items holding Han
-characters, or searched for non-ASCII terms, are analyzed in full.
+first made ASCII with the same token boundaries (:func:`_stand_in_bytes`); only a search for a
+non-ASCII term analyzes the items that may hold it in full.
 BM25 also needs every item's length in tokens, which :func:`index.analysis.token_count` gives
 without building them;
 those are kept per item and text, so a repeated search while the index is still catching up
@@ -32,7 +32,6 @@ from context_paging.index.analysis import (
     compound_terms,
     query_tokens,
     term_counts,
-    tokens,
 )
 from context_paging.index.store import Hit, IndexDoc
 
@@ -92,7 +91,7 @@ def scan_search(
     tools: Sequence[str] = (),
     failed: bool | None = None,
     limit: int = 5,
-    cache: MutableMapping[tuple[str, int], tuple[int, bytes | None]] | None = None,
+    cache: MutableMapping[tuple[str, int], tuple[int, bytes]] | None = None,
 ) -> list[Hit]:
     """The hits :meth:`SearchIndex.search` gives for one session's ``docs`` (all of them,
     hidden ones included, as they would be synced).
@@ -124,14 +123,14 @@ def scan_search(
         key = (doc.history_id, hash(doc.text))  # documents here may carry no fingerprint
         known = cache.get(key)
         if known is None:
-            text = _stand_in_bytes(doc.text)  # None: Han characters, the full rules apply
-            length = _count(text) if text is not None else len(tokens(doc.text))
+            text = _stand_in_bytes(doc.text)
+            length = _count(text)
             cache[key] = known = (length, text)
         length, text = known
         lengths_by_id[doc.history_id] = length
         total += length
         full = None
-        if text is None or not ascii_terms:  # analyze it all, if it can hold a term at all
+        if not ascii_terms:  # a non-ASCII term: analyze it all, if it can hold the term at all
             lowered = doc.text.lower()
             if not any(term in lowered for term in terms):
                 continue
@@ -176,46 +175,52 @@ def scan_search(
 # non-ASCII letter or digit (what the tokenizer's ``[\p{L}\p{N}]`` matches) as the byte 0x80,
 # anything else non-ASCII as a space. 0x80 is a word character here but can be in no query term
 # (terms searched this way are ASCII), so a term is found in the stand-in exactly where it is a
-# token, part or pair of the original, and _count gives the original's length. Only Han
-# characters need the full rules (a Han character starts a one-character token). The encoder
-# hands each run of non-ASCII characters to _stand_in at once; runs repeat (box drawing,
-# ellipses, words of a language), so they are cached. Lower-casing the bytes after encoding is
-# far cheaper than ``str.lower`` of non-ASCII text (a run is lower-cased on its own: only the
-# final sigma depends on context, and it is a letter either way).
+# token, part or pair of the original, and _count gives the original's length. A Han character
+# where a match begins (after a character that is not a token character, or after another such
+# Han character) is a token of its own: it becomes `` \x80 ``. The encoder hands each run of
+# non-ASCII characters to _stand_in at once; runs repeat (box drawing, ellipses, words of a
+# language), so they are cached with the one fact of context they need. Lower-casing the bytes
+# after encoding is far cheaper than ``str.lower`` of non-ASCII text (a run is lower-cased on its
+# own: only the final sigma depends on context, and it is a letter either way).
 _LETTER = regex.compile(r"[\p{L}\p{N}]")
 _HAN = regex.compile(r"\p{Script=Han}")
-_STAND_INS: dict[str, bytes] = {}
+_TOKEN_ASCII = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:-")
+_STAND_INS: dict[tuple[str, bool], bytes] = {}
 _STAND_INS_MAX = 1 << 16
 
 
-class _HanFound(Exception):
-    """Raised out of the encoder: the text needs the full Unicode rules."""
-
-
 def _stand_in(error: UnicodeEncodeError) -> tuple[bytes, int]:
-    run = error.object[error.start:error.end]
-    replacement = _STAND_INS.get(run)
+    text, start = error.object, error.start
+    run = text[start:error.end]
+    in_token = start > 0 and text[start - 1] in _TOKEN_ASCII  # a match began before the run
+    replacement = _STAND_INS.get((run, in_token))
     if replacement is None:
-        if _HAN.search(run):
-            raise _HanFound
-        replacement = b"".join(  # lower-casing may give ASCII (the Kelvin sign gives "k")
-            c.encode("ascii") if c.isascii() else b"\x80" if _LETTER.match(c) else b" "
-            for c in run.lower())
+        pieces = []
+        for c in run.lower():  # lower-casing may give ASCII (the Kelvin sign gives "k")
+            if c.isascii():
+                pieces.append(c.encode("ascii"))
+                in_token = c in _TOKEN_ASCII
+            elif _HAN.match(c) and (not in_token or not _LETTER.match(c)):
+                pieces.append(b" \x80 ")  # a match begins here: the Han alternative wins
+                in_token = False
+            elif _LETTER.match(c):
+                pieces.append(b"\x80")
+                in_token = True
+            else:
+                pieces.append(b" ")
+                in_token = False
+        replacement = b"".join(pieces)
         if len(_STAND_INS) < _STAND_INS_MAX:
-            _STAND_INS[run] = replacement
+            _STAND_INS[(run, start > 0 and text[start - 1] in _TOKEN_ASCII)] = replacement
     return replacement, error.end
 
 
 codecs.register_error("context_paging.scan_stand_in", _stand_in)
 
 
-def _stand_in_bytes(text: str) -> bytes | None:
-    """``text`` lower-cased as ASCII bytes with the same tokens (see above), or None when it
-    holds Han characters."""
-    try:
-        return text.encode("ascii", "context_paging.scan_stand_in").lower()
-    except _HanFound:
-        return None
+def _stand_in_bytes(text: str) -> bytes:
+    """``text`` lower-cased as ASCII bytes with the same tokens (see above)."""
+    return text.encode("ascii", "context_paging.scan_stand_in").lower()
 
 
 # _count: word bytes become "a", separators are deleted, the rest become " ", in one C pass

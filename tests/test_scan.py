@@ -16,7 +16,8 @@ WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x
          "_io", "a_b.c", "zpager-047", "io", "a.a.a", "a.a", "✓ needle…", "→io", "请分页",
          "Ünïcode", "hay", "hay", "hay", "tokens=128........", "b.c", "café.io", "naïve-needle",
          "Ωneedle", "needleé", "cafe\u0301", "привет/a.a", "x\ud800needle", "①io", "ab请needle",
-         "─┼─hay", "KELVIN\u212a"]
+         "─┼─hay", "KELVIN\u212a", "请needle", "..请.io", "x.请", "\u2e80io", "a\u2e80io", "分页hay",
+         "Σίσυφος.io"]
 QUERIES = ["a.a", "needle", "paraxial.io", "a.b", "a.b.c", "inc-pager-047", "io hay", "分页", "",
            "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128", "cafe", "caf", "io needle",
            "привет", "a.a.a hay", "naïve-needle", "kelvink"]
@@ -66,19 +67,21 @@ def test_overlapping_pairs_count_as_the_index_counts_them():
         [(h.history_id, round(h.score, 9)) for h in expected]
 
 
-@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t!éÉßΩж①…✓─\u0301\u212a\ud800"), max_size=60))
+@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t!éÉßΩж①…✓─\u0301\u212a\ud800请分\u2e80〇々"),
+               max_size=60))
 def test_non_ascii_text_keeps_its_tokens_once_made_ascii(text):
     from context_paging.index.scan import _count, _stand_in_bytes
 
     stand_in = _stand_in_bytes(text)
-    assert stand_in is not None
     assert _count(stand_in) == len(tokens(text))
     ascii_tokens = [t for t in tokens(text) if t.isascii()]
     words = stand_in.replace(b"\x80", b"\x00").decode("ascii")
     assert all(t in words for t in ascii_tokens)
 
 
-def test_text_with_han_characters_is_left_to_the_full_rules():
-    from context_paging.index.scan import _stand_in_bytes
+def test_a_han_character_where_a_match_begins_is_a_token_of_its_own():
+    from context_paging.index.scan import _count, _stand_in_bytes
 
-    assert _stand_in_bytes("ab请needle") is None
+    assert _stand_in_bytes("请needle") == b" \x80 needle"  # 请, needle
+    assert _stand_in_bytes("ab请needle") == b"ab\x80needle"  # one token
+    assert _count(_stand_in_bytes("..请分.io")) == len(tokens("..请分.io")) == 1
