@@ -85,3 +85,17 @@ def test_a_han_character_where_a_match_begins_is_a_token_of_its_own():
     assert _stand_in_bytes("请needle") == b" \x80 needle"  # 请, needle
     assert _stand_in_bytes("ab请needle") == b"ab\x80needle"  # one token
     assert _count(_stand_in_bytes("..请分.io")) == len(tokens("..请分.io")) == 1
+
+
+def test_a_repeated_search_with_the_kept_stand_ins_ranks_as_a_fresh_one():
+    docs = [doc("pi:s", n, words) for n, words in enumerate(
+        [["needle", "请needle"], ["paraxial.io", "hay"], ["Ωneedle", "src/a/needle.ts"], ["hay"]])]
+    cache: dict = {}
+    for query in ("needle", "hay", "needle.ts", "paraxial.io needle", "分页"):
+        kept = scan_search(docs, query, cache=cache)
+        fresh = scan_search(docs, query)
+        assert [(h.history_id, h.score) for h in kept] == [(h.history_id, h.score) for h in fresh]
+    assert len(cache) == len(docs)
+    changed = [doc("pi:s", 0, ["hay", "hay"]), *docs[1:]]  # an item's text changed: not reused
+    assert [h.history_id for h in scan_search(changed, "hay", cache=cache)] == \
+        [h.history_id for h in scan_search(changed, "hay")]
