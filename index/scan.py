@@ -144,6 +144,10 @@ def scan_search(
                 n = 0
             if n:
                 tf[term][doc.history_id] = n
+    if len(cache) > len(visible):  # items whose text changed (a growing turn): drop the old
+        current = {(d.history_id, hash(d.text)) for d in visible}
+        for stale in [k for k in cache if k not in current]:
+            del cache[stale]
     items = len(visible)
     average = total / items if items else 1.0
     idf = {t: math.log(1 + (items - len(tf[t]) + 0.5) / (len(tf[t]) + 0.5)) for t in terms}

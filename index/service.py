@@ -324,7 +324,8 @@ class History:
                     cached = (items, [doc_for(canonical, cwd, i, "-") for i in items])
                     self._scanned = {canonical: cached}  # one session's worth of memory
                 docs = cached[1]
-                lengths = self._lengths.setdefault(canonical, {})
+                lengths = self._lengths.get(canonical, {})
+                self._lengths = {canonical: lengths}  # its stand-ins: one session's worth too
                 hits = scan_search(docs, query, files, tools, failed, limit, lengths)
                 self._catch_up(canonical, cwd, items, state)
                 return self._reply(hits, load, 1)

@@ -99,3 +99,4 @@ def test_a_repeated_search_with_the_kept_stand_ins_ranks_as_a_fresh_one():
     changed = [doc("pi:s", 0, ["hay", "hay"]), *docs[1:]]  # an item's text changed: not reused
     assert [h.history_id for h in scan_search(changed, "hay", cache=cache)] == \
         [h.history_id for h in scan_search(changed, "hay")]
+    assert len(cache) == len(docs)  # and the old text's stand-in is dropped
