@@ -100,3 +100,26 @@ def test_a_repeated_search_with_the_kept_stand_ins_ranks_as_a_fresh_one():
     assert [h.history_id for h in scan_search(changed, "hay", cache=cache)] == \
         [h.history_id for h in scan_search(changed, "hay")]
     assert len(cache) == len(docs)  # and the old text's stand-in is dropped
+
+
+def test_a_pasted_line_finds_the_turn_holding_it_as_a_phrase_first(tmp_path):
+    """Other turns hold the line's words more often, apart: BM25 alone ranks them first."""
+    from context_paging.index.service import History
+    from tests.test_search_compound import write_pi_session
+
+    outputs = [("c1", "isError: event.isError,\n" + "filler line\n" * 40)]
+    outputs += [(f"c{n}", "event.isError set\nreturns isError too\nevent.isError again")
+                for n in range(2, 6)]
+    root = tmp_path / "pi"
+    write_pi_session(root / "--work-app--" / "2026-01-01T00-00-00-000Z_s1.jsonl", outputs)
+    history = History({"pi": root}, tmp_path / "home")
+    try:
+        owner = history.navigator("pi:s1").raw[1].history_id
+        first = history.search("isError: event.isError,", session="pi:s1", limit=3)  # in memory
+        history.wait_for_index()
+        again = history.search("isError: event.isError,", session="pi:s1", limit=3)  # indexed
+        assert first.references[0]["history_id"] == owner
+        assert again.references[0]["history_id"] == owner
+        assert len(again.references) == 3
+    finally:
+        history.close()
