@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import codecs
 import math
+import re
 from collections.abc import Iterable, MutableMapping, Sequence
 
 import regex
@@ -266,11 +267,20 @@ def phrase_first(hits: Sequence[Hit], query: str, items: Iterable[HistoryItem],
     wanted = {hit.history_id for hit in hits}
     by_id = {item.history_id: item for item in items if item.history_id in wanted}
 
+    # A cheap necessary condition first (a regular expression's literal search): in ASCII
+    # text, adjacent tokens have only non-word characters between them. Tokenizing is for the
+    # items that pass (20 items of 50 KB take ~50 ms to tokenize).
+    between = re.compile("[^a-z0-9_]+".join(re.escape(w) for w in words))
+
     def holds(hit: Hit) -> bool:
         item = by_id.get(hit.history_id)
         if item is None:
             return False
-        found, size = tokens(search_text(item)), len(words)
+        text = search_text(item)
+        lowered = text.lower()
+        if lowered.isascii() and not between.search(lowered):
+            return False
+        found, size = tokens(text), len(words)
         return any(found[i:i + size] == words for i, t in enumerate(found) if t == words[0])
 
     first = [hit for hit in hits if holds(hit)]
