@@ -51,7 +51,8 @@ def report(label: str, texts: list[str]) -> None:
     total = sum(postings.values())
     print(f"{label}: {total:,} postings")
     for k in ("whole", "other part/pair", "digit part", "pair with a digit part"):
-        print(f"  {k:<24}{postings[k] / total:8.1%} of postings  {len(distinct.get(k, ())):>8,} terms")
+        terms = len(distinct.get(k, ()))
+        print(f"  {k:<24}{postings[k] / total:8.1%} of postings  {terms:>8,} terms")
 
 
 def main() -> None:
