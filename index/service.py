@@ -38,7 +38,7 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.recall import Recalled, find_original, recall_text
-from context_paging.index.scan import scan_search
+from context_paging.index.scan import phrase_first, phrase_pool, scan_search
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
 from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
@@ -90,7 +90,7 @@ class History:
         self._count_text = count_text
         self._context: ContextService | None = None
         self._syncing: dict[str, threading.Thread] = {}
-        self._lengths: dict[str, dict] = {}  # per session: token counts by item and text
+        self._lengths: dict[str, dict] = {}  # per session: item lengths and stand-ins (scan)
         self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
 
     @property
@@ -314,6 +314,7 @@ class History:
     ) -> SearchReply:
         if scope == "session":
             canonical, cwd, items, state = self._open(self.resolve_default(session))
+            pool = phrase_pool(query, limit)  # a phrase's holders go first (index.scan)
             if self.store.file_state(canonical) != state:
                 # Not indexed yet, or behind: answer from the parsed session now and let the
                 # index catch up in the background (issue 15: the first search is fast).
@@ -324,10 +325,11 @@ class History:
                     cached = (items, [doc_for(canonical, cwd, i, "-") for i in items])
                     self._scanned = {canonical: cached}  # one session's worth of memory
                 docs = cached[1]
-                lengths = self._lengths.setdefault(canonical, {})
-                hits = scan_search(docs, query, files, tools, failed, limit, lengths)
+                lengths = self._lengths.get(canonical, {})
+                self._lengths = {canonical: lengths}  # its stand-ins: one session's worth too
+                hits = scan_search(docs, query, files, tools, failed, pool, lengths)
                 self._catch_up(canonical, cwd, items, state)
-                return self._reply(hits, load, 1)
+                return self._reply(phrase_first(hits, query, items, limit), load, 1)
             sessions, project = [canonical], None
         else:
             # Searching everything needs no session; a project needs a directory: the one
@@ -338,8 +340,10 @@ class History:
             sessions, project = None, directory if scope == "project" else None
         hits = self.store.search(
             query, sessions=sessions, project=project, files=files, tools=tools,
-            failed=failed, limit=limit,
+            failed=failed, limit=pool if scope == "session" else limit,
         )
+        if scope == "session":
+            hits = phrase_first(hits, query, items, limit)
         return self._reply(hits, load, len(sessions or []))
 
     def _reply(self, hits: Sequence[Hit], load: bool, searched: int) -> SearchReply:
