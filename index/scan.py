@@ -27,7 +27,6 @@ import re
 from collections.abc import Iterable, MutableMapping, Sequence
 
 import regex
-
 from context_paging.index.analysis import (
     WHOLE_BOOST,
     compound_terms,

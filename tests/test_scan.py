@@ -16,7 +16,8 @@ WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x
          "_io", "a_b.c", "zpager-047", "io", "a.a.a", "a.a", "✓ needle…", "→io", "请分页",
          "Ünïcode", "hay", "hay", "hay", "tokens=128........", "b.c", "café.io", "naïve-needle",
          "Ωneedle", "needleé", "cafe\u0301", "привет/a.a", "x\ud800needle", "①io", "ab请needle",
-         "─┼─hay", "KELVIN\u212a", "请needle", "..请.io", "x.请", "\u2e80io", "a\u2e80io", "分页hay",
+         "─┼─hay", "KELVIN\u212a", "请needle", "..请.io", "x.请", "\u2e80io", "a\u2e80io",
+         "分页hay",
          "Σίσυφος.io"]
 QUERIES = ["a.a", "needle", "paraxial.io", "a.b", "a.b.c", "inc-pager-047", "io hay", "分页", "",
            "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128", "cafe", "caf", "io needle",
@@ -105,6 +106,7 @@ def test_a_repeated_search_with_the_kept_stand_ins_ranks_as_a_fresh_one():
 def test_a_pasted_line_finds_the_turn_holding_it_as_a_phrase_first(tmp_path):
     """Other turns hold the line's words more often, apart: BM25 alone ranks them first."""
     from context_paging.index.service import History
+
     from tests.test_search_compound import write_pi_session
 
     outputs = [("c1", "isError: event.isError,\n" + "filler line\n" * 40)]
