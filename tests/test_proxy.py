@@ -57,12 +57,24 @@ class Stack:
                                ProxyLog(home))
         self.proxy = Served(self.proxy_app, lifespan="on")
         self.url = self.proxy.url
+        self.clients: list = []  # SDK clients, closed with the stack (no socket left to the GC)
 
     def anthropic(self, **kwargs) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=self.url, api_key="sk-ant-test", max_retries=0,
-                                   **kwargs)
+        client = anthropic.Anthropic(base_url=self.url, api_key="sk-ant-test", max_retries=0,
+                                     **kwargs)
+        self.clients.append(client)
+        return client
+
+    def openai(self, api_key: str = "sk-openai-test"):
+        import openai
+
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
+        self.clients.append(client)
+        return client
 
     def close(self) -> None:
+        for client in self.clients:
+            client.close()
         self.proxy.close()
         self.upstream.close()
         self.history.close()

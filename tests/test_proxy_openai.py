@@ -81,7 +81,7 @@ def check_runs(sent: list[dict], original: list[dict]) -> None:
 
 
 def test_a_codex_responses_conversation_pages_and_keeps_reasoning_with_its_turn(stack):
-    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="sk-openai-test", max_retries=0)
+    client = stack.openai()
     sent = []
     for items in codex_requests(16):
         stream = client.responses.create(
@@ -145,7 +145,7 @@ def test_responses_is_a_select_context_format_whose_runs_render_whole():
 
 
 def test_chat_completions_go_through_the_window_too(stack):
-    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="sk-openai-test", max_retries=0)
+    client = stack.openai()
     messages = [{"role": "system", "content": "You are helpful."},
                 {"role": "user", "content": "Start."}]
     for i in range(30):
@@ -174,7 +174,7 @@ def test_a_provider_error_reaches_the_openai_client(stack):
     error = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
     stack.provider.queue.append(Reply(429, (("content-type", "application/json"),
                                             ("retry-after", "7")), (json.dumps(error).encode(),)))
-    client = openai.OpenAI(base_url=f"{stack.url}/v1", api_key="k", max_retries=0)
+    client = stack.openai(api_key="k")
     with pytest.raises(openai.RateLimitError) as caught:
         client.responses.create(model="gpt-fake", input="hi")
     assert caught.value.status_code == 429
