@@ -1,4 +1,5 @@
-"""``install-proxy`` and ``doctor``: point Claude Code, Codex or Pi at the proxy, and check it.
+"""What ``install-proxy`` and ``doctor`` do: point Claude Code, Codex or Pi at the proxy, and
+check it (their commands are in server/proxy_cli.py).
 
 What each agent gets (specs/model-apis.md §2, §4, §6):
 
@@ -20,25 +21,22 @@ and tables named above are replaced — and the result must parse before it is w
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 from context_paging.server import clients
-from context_paging.server.config import Settings
 from context_paging.server.proxy import HEALTH_PATH
 
 PROVIDER = "paging"
 CODEX_COMPACT_LIMIT = 1_000_000_000
 
 
-def _home(environ: dict[str, str] | None = None) -> Path:
+def user_home(environ: dict[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     return Path(environ.get("HOME") or Path.home())
 
@@ -141,38 +139,6 @@ def codex_config(text: str, base_url: str) -> str:
     return text
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"))
-    parser.add_argument("--port", type=int, default=8787, help="the proxy's port (default 8787)")
-    parser.add_argument("--write", action="store_true",
-                        help="apply the changes (each file's previous version kept as .bak)")
-
-
-def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
-    home = _home()
-    try:
-        changes = planned_changes(args.client, args.port, home)
-    except (clients.InstallError, ValueError) as exc:
-        print(f"context-paging: {exc}", file=sys.stderr)
-        return 2
-    for path, text, what in changes:
-        if not args.write:
-            print(f"# {path}: {what}\n{text}")
-            continue
-        if path.exists() and path.read_text(encoding="utf-8") == text:
-            print(f"{path}: already set up; nothing changed.")
-            continue
-        existed = path.exists()
-        clients._replace(path, text)
-        backup = f" (previous file: {path}.bak — move it back to undo)" if existed else ""
-        print(f"{path}: {what}{backup}")
-    if not args.write:
-        print("# Rerun with --write to apply; each file's previous version is kept as .bak.",
-              file=sys.stderr)
-    print(f"# Start the proxy with: context-paging proxy --port {args.port}", file=sys.stderr)
-    return 0
-
-
 # --- doctor -------------------------------------------------------------------------------------
 
 
@@ -216,9 +182,3 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> t
     else:
         lines.append("requests: none proxied yet with this home")
     return up and bool(agents) and bool(tally), "\n".join(lines)
-
-
-def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    ok, text = doctor(args.port, settings.home, _home(), dict(os.environ))
-    print(text)
-    return 0 if ok else 1

@@ -18,9 +18,9 @@ from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import SessionRefError
 from context_paging.index.navigator import NavigatorError
 from context_paging.index.store import IndexBusy
-from context_paging.server import clients, terminal
+from context_paging.server import clients, terminal_cli
 from context_paging.server.config import Settings, load_settings
-from context_paging.server.terminal import print_json, render_references
+from context_paging.server.terminal_cli import print_json, render_references
 
 from context_paging import __version__
 
@@ -274,17 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")
     stats.add_argument("--json", action="store_true", help="the paging_stats reply as JSON")
     stats.set_defaults(run=_cmd_stats)
-    terminal.add_commands(commands)
+    terminal_cli.add_commands(commands)
 
     demo = commands.add_parser("demo", help="run the main job on bundled sample data")
     demo.set_defaults(run=_cmd_demo)
 
-    from context_paging.server import replay_report
+    from context_paging.server import replay_cli
 
     replay = commands.add_parser("replay", help="replay a recorded session through "
                                  "select_context: tokens, cache cost, recoverability")
-    replay_report.add_arguments(replay)
-    replay.set_defaults(run=replay_report.run)
+    replay_cli.add_arguments(replay)
+    replay.set_defaults(run=replay_cli.run)
 
     from context_paging.server.proxy_cli import add_commands as add_proxy_commands
 
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args, settings)
     except (SessionRefError, NavigatorError) as exc:
-        print(f"context-paging: {terminal.terminal_message(exc)}", file=sys.stderr)
+        print(f"context-paging: {terminal_cli.terminal_message(exc)}", file=sys.stderr)
         return 2
     except IndexBusy as exc:  # another process is indexing: say so, and that a retry will do
         print(f"context-paging: {exc}; try again in a moment", file=sys.stderr)

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from context_paging.server import agents, clients
 from context_paging.server.config import Settings
 from context_paging.server.proxy import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, Proxy, Upstreams
 
@@ -24,8 +25,6 @@ DEFAULT_PORT = 8787
 
 def add_commands(commands: Any) -> None:
     """Register the proxy's subcommands on the CLI's subparsers."""
-    from context_paging.server import agents
-
     proxy = commands.add_parser("proxy", help="run the local model-API proxy that pages "
                                 "Claude Code, Codex and Pi requests")
     _proxy_arguments(proxy)
@@ -44,12 +43,12 @@ def add_commands(commands: Any) -> None:
     doctor = commands.add_parser("doctor", help="check the proxy is up, the agents point at it "
                                  "and requests are flowing")
     doctor.add_argument("--port", type=int, default=DEFAULT_PORT)
-    doctor.set_defaults(run=agents.cmd_doctor)
+    doctor.set_defaults(run=cmd_doctor)
 
     install = commands.add_parser("install-proxy", help="print (or --write) the settings that "
                                   "point an agent at the proxy")
-    agents.add_arguments(install)
-    install.set_defaults(run=agents.cmd_install)
+    install_arguments(install)
+    install.set_defaults(run=cmd_install)
 
 
 def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,3 +153,44 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         thread.join(timeout=10)
         history.close()
         sock.close()
+
+
+# --- install-proxy and doctor (what they change and check: server/agents.py) -------------
+
+
+def install_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"))
+    parser.add_argument("--port", type=int, default=8787, help="the proxy's port (default 8787)")
+    parser.add_argument("--write", action="store_true",
+                        help="apply the changes (each file's previous version kept as .bak)")
+
+
+def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
+    home = agents.user_home()
+    try:
+        changes = agents.planned_changes(args.client, args.port, home)
+    except (clients.InstallError, ValueError) as exc:
+        print(f"context-paging: {exc}", file=sys.stderr)
+        return 2
+    for path, text, what in changes:
+        if not args.write:
+            print(f"# {path}: {what}\n{text}")
+            continue
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            print(f"{path}: already set up; nothing changed.")
+            continue
+        existed = path.exists()
+        clients._replace(path, text)
+        backup = f" (previous file: {path}.bak — move it back to undo)" if existed else ""
+        print(f"{path}: {what}{backup}")
+    if not args.write:
+        print("# Rerun with --write to apply; each file's previous version is kept as .bak.",
+              file=sys.stderr)
+    print(f"# Start the proxy with: context-paging proxy --port {args.port}", file=sys.stderr)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    ok, text = agents.doctor(args.port, settings.home, agents.user_home(), dict(os.environ))
+    print(text)
+    return 0 if ok else 1
