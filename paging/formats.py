@@ -481,17 +481,29 @@ def _responses_text(value: Any) -> list[dict[str, Any]]:
     return blocks
 
 
+def responses_call(item: dict[str, Any]) -> tuple[str, Any] | None:
+    """The tool name and arguments of a Responses call item (``function_call`` arguments are a
+    JSON string, parsed when they parse; custom and shell calls carry theirs as they are), or
+    None for any other item. The ledger's history (index/sources/hosts.py) reads calls here too."""
+    kind = item.get("type")
+    if kind not in _RESPONSES_CALLS:
+        return None
+    name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
+    raw = item.get("arguments", item.get("input", item.get("action")))
+    try:
+        arguments = json.loads(raw) if kind == "function_call" and isinstance(raw, str) else raw
+    except ValueError:
+        arguments = raw
+    return name, arguments
+
+
 def _model_block(item: dict[str, Any], names: dict[str, str]) -> list[dict[str, Any]]:
     kind = item.get("type", "message")
     if kind == "message":
         return _responses_text(item.get("content"))
-    if kind in _RESPONSES_CALLS and isinstance(item.get("call_id"), str):
-        name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
-        raw = item.get("arguments", item.get("input", item.get("action")))
-        try:
-            arguments = json.loads(raw) if kind == "function_call" and isinstance(raw, str) else raw
-        except ValueError:
-            arguments = raw
+    call = responses_call(item)
+    if call is not None and isinstance(item.get("call_id"), str):
+        name, arguments = call
         names[item["call_id"]] = name
         return [{"type": "toolCall", "id": item["call_id"], "name": name,
                  "arguments": arguments}]

@@ -25,6 +25,7 @@ from context_paging.paging.formats import (
     is_private_part,
     is_server_result,
     public_json,
+    responses_call,
     responses_role,
 )
 
@@ -165,14 +166,10 @@ def _responses(item: dict, message_id: str, names: dict[str, str], ts: str) -> l
     if kind == "message":
         return [Message("assistant", message_id, ts, _responses_blocks(item.get("content")),
                         stop_reason="stop")]
-    if kind in ("function_call", "custom_tool_call", "local_shell_call"):
+    call = responses_call(item)
+    if call is not None:
         call_id = str(item.get("call_id", ""))
-        name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
-        raw = item.get("arguments", item.get("input", item.get("action")))
-        try:
-            arguments = json.loads(raw) if kind == "function_call" and isinstance(raw, str) else raw
-        except ValueError:
-            arguments = raw
+        name, arguments = call
         names[call_id] = name
         return [Message("assistant", message_id, ts, (ToolCall(call_id, name, arguments),),
                         stop_reason="tool_use")]
