@@ -326,12 +326,17 @@ class ContextService:
                     + (f"~{distilled[i].key}" if i in distilled else "")
                     for i, v in enumerate(views.views)]
 
+        def shown(everything: dict[int, Distilled], new: list[Decision]) -> tuple[Any, ...]:
+            """What this window shows of the decisions: edits of already-sent messages are
+            held back (``held``) until they land; ``dropped`` are the omitted views."""
+            held = held_targets(everything, keys_of(everything), previous)
+            distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
+                                     held) if held else everything
+            return held, distilled, {i for i, d in distilled.items() if d.message is None}
+
         everything, new, deferred = self._distill(ledger, views, ids, skip, judge,
                                                   provider_of(model), reach)
-        held = held_targets(everything, keys_of(everything), previous)
-        distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
-                                 held) if held else everything
-        dropped = {i for i, d in distilled.items() if d.message is None}
+        held, distilled, dropped = shown(everything, new)
         estimates, lazy = self._view_estimates(views, fps, distilled, reach, deferred)
         system_text = _system_text(system, [messages[i] for i in views.resident])
         resident = self._resident(system_text, list(tools or []))
@@ -384,10 +389,7 @@ class ContextService:
             if deferred:  # judge the outputs left unjudged too: the full pass, from scratch
                 everything, new, _ = self._distill(ledger, views, ids, skip, judge,
                                                    provider_of(model), None)
-                held = held_targets(everything, keys_of(everything), previous)
-                distilled = self.without(views, ids, skip, [*ledger.decisions, *new],
-                                         held) if held else everything
-                dropped = {i for i, d in distilled.items() if d.message is None}
+                held, distilled, dropped = shown(everything, new)
                 keys = keys_of(distilled)
             estimates, lazy = self._view_estimates(views, fps, distilled)
             selection = choose(estimates, distilled)
