@@ -54,6 +54,16 @@ def select(session: str, messages: list[dict], fmt: str = "anthropic", **extra: 
 # --- 1. a recall pattern cannot exhaust memory or time while compiling ---------------------------
 
 
+def agent_roots(tmp_path: Path) -> tuple[dict[str, Path], Path]:
+    """Empty Pi, Claude Code and Codex roots, and a home whose config points at them."""
+    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
+    for root in roots.values():
+        root.mkdir()
+    home = tmp_path / "home"
+    write_config(home, roots)
+    return roots, home
+
+
 async def test_1_nested_counted_repeats_are_refused_before_compiling(tmp_path):
     home = ledger_home(tmp_path)
     messages = exchange("t1", "aaaa\nbbbb\n" * 20)
@@ -149,11 +159,7 @@ async def test_8_a_malformed_session_reference_has_one_code_in_every_tool(tmp_pa
 
 
 async def test_8_a_file_name_too_long_names_the_file_not_the_home(tmp_path):
-    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
-    for root in roots.values():
-        root.mkdir()
-    home = tmp_path / "home"
-    write_config(home, roots)
+    roots, home = agent_roots(tmp_path)
     long_name = str(roots["pi"] / ("a" * 300 + ".jsonl"))
     replies = await calls(home, ("search_history", {"query": "x", "session": long_name}),
                           ("paging_stats", {"session": long_name}),
@@ -189,11 +195,7 @@ def claude_lines(session_id: str, word: str, turns: int = 4) -> str:
 
 
 async def test_2_a_symlink_swapped_in_while_reading_never_leaks_the_outside_file(tmp_path):
-    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
-    for root in roots.values():
-        root.mkdir()
-    home = tmp_path / "home"
-    write_config(home, roots)
+    roots, home = agent_roots(tmp_path)
     session = roots["claude"] / "-work-c" / "race.jsonl"
     session.parent.mkdir()
     session.write_text(claude_lines("race", "insideword"))
@@ -250,11 +252,7 @@ async def test_2_a_link_swapped_in_right_after_the_check_is_not_read(tmp_path, m
     roots check and the read."""
     import context_paging.index.service as service_module
 
-    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
-    for root in roots.values():
-        root.mkdir()
-    home = tmp_path / "home"
-    write_config(home, roots)
+    roots, home = agent_roots(tmp_path)
     session = roots["claude"] / "-work-c" / "race.jsonl"
     session.parent.mkdir()
     session.write_text(claude_lines("race", "insideword"))
@@ -313,9 +311,7 @@ def test_2_listing_and_index_all_verify_every_file_inside_its_root(tmp_path):
     from context_paging.index.catalog import Catalog
     from context_paging.index.service import History
 
-    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
-    for root in roots.values():
-        root.mkdir()
+    roots, home = agent_roots(tmp_path)
     project = roots["claude"] / "-work-c"
     project.mkdir()
     for n in range(3):  # several files, so the parallel readers are used where there are cores
@@ -325,7 +321,6 @@ def test_2_listing_and_index_all_verify_every_file_inside_its_root(tmp_path):
     (elsewhere / "outside.jsonl").write_text(claude_lines("outside", "outsideword"))
     (project / "planted.jsonl").symlink_to(elsewhere / "outside.jsonl")  # a link to a file
     (roots["claude"] / "-planted").symlink_to(elsewhere)  # and a link to a folder
-    home = tmp_path / "home"
     summaries = Catalog(roots, cache=home / "catalog.json").summaries()
     assert sorted(s.session_id for s in summaries) == ["inside0", "inside1", "inside2"]
     assert "outsideword" not in json.dumps([s.model_dump() for s in summaries])
@@ -442,11 +437,7 @@ async def test_4_server_tool_uses_with_their_results_are_accepted_kept_and_searc
 
 
 async def test_4_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_path):
-    roots = {name: tmp_path / name for name in ("pi", "claude", "codex")}
-    for root in roots.values():
-        root.mkdir()
-    home = tmp_path / "home"
-    write_config(home, roots)
+    roots, home = agent_roots(tmp_path)
     base = {"isSidechain": False, "userType": "external", "cwd": "/work/c",
             "sessionId": "srv", "version": "2.1.37", "timestamp": "2026-03-01T00:00:01Z"}
     turn = server_tool_turn()
