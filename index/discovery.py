@@ -28,10 +28,14 @@ MIN_PREFIX = 6
 class SessionRefError(ValueError):
     """A session reference that names no session, several, or a place outside the roots."""
 
+    code = "UNKNOWN_SESSION"
+
 
 class InvalidSessionRef(SessionRefError):
     """A session reference that is malformed whatever the roots hold (a NUL byte, '..'): the
     same cause as a malformed ledger id, so the same code (INVALID_SESSION)."""
+
+    code = "INVALID_SESSION"
 
 
 @dataclass(frozen=True, slots=True)

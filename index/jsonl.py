@@ -130,6 +130,8 @@ def _parse_glued(raw: bytes, path: str, line: int, offset: int) -> tuple[list[An
 class OutsideRoot(PermissionError):
     """A file that resolves (or was swapped to resolve) outside the directory it must be in."""
 
+    code = "STORAGE_ERROR"
+
 
 _NO_FOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 

@@ -64,6 +64,8 @@ _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 class LedgerError(ValueError):
     """A bad ledger session id, or a ledger that cannot be written."""
 
+    code = "INVALID_SESSION"
+
 
 def check_session_id(session: str) -> str:
     name = session.removeprefix("ledger:")

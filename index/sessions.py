@@ -20,6 +20,8 @@ from context_paging.index.model import Conversation, SessionInfo
 class UnknownFormat(ValueError):
     """The file is not a session file of a known agent (or holds no records yet)."""
 
+    code = "UNKNOWN_SESSION"
+
 
 class SessionFile:
     def __init__(self, path: str, source: str | None = None, root: str | None = None) -> None:

@@ -107,6 +107,8 @@ _TOC_TEMP = re.compile(rf"^_{INDEX_NAME}_\d+\.toc\.")
 class IndexBusy(RuntimeError):
     """Another process held the index's writer lock for longer than ``lock_timeout``."""
 
+    code = "INDEX_BUSY"
+
 
 @dataclass(frozen=True, slots=True)
 class IndexDoc:

@@ -51,6 +51,8 @@ _INTERRUPTED = {"aborted": "aborted", "error": "error", "cancelled": "aborted",
 class FormatError(ValueError):
     """The messages do not have the shape of the named (or any) format."""
 
+    code = "INVALID_MESSAGE_STRUCTURE"
+
 
 @dataclass(frozen=True, slots=True)
 class View:

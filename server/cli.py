@@ -15,11 +15,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 from context_paging.index.catalog import Catalog, SessionSummary
-from context_paging.index.discovery import SessionRefError
-from context_paging.index.navigator import NavigatorError
-from context_paging.index.store import IndexBusy
 from context_paging.server import clients, terminal_cli
 from context_paging.server.config import Settings, load_settings
+from context_paging.server.errors import failure
 from context_paging.server.terminal_cli import print_json, render_references
 
 from context_paging import __version__
@@ -316,17 +314,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Command = args.run
     try:
         return run(args, settings)
-    except (SessionRefError, NavigatorError) as exc:
-        print(f"context-paging: {terminal_cli.terminal_message(exc)}", file=sys.stderr)
-        return 2
-    except IndexBusy as exc:  # another process is indexing: say so, and that a retry will do
-        print(f"context-paging: {exc}; try again in a moment", file=sys.stderr)
-        return 75  # EX_TEMPFAIL
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into head(1) or a pager that quit: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        failed = failure(exc)  # the tools' translation; a plain OSError stays a traceback here
+        if failed is None:
+            raise
+        if failed.code == "INDEX_BUSY":  # another process is indexing: a retry will do
+            print(f"context-paging: {failed.message}; try again in a moment", file=sys.stderr)
+            return 75  # EX_TEMPFAIL
+        print(f"context-paging: {terminal_cli.terminal_message(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import anyio.to_thread
 import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
 from context_paging.server import wire
+from context_paging.server.errors import failure
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -120,12 +121,15 @@ class Proxy:
         try:
             with self._lock:
                 return self._paged(api, raw, headers)
-        except wire.ShapeError as exc:
-            log.warning("proxy: %s request of an unknown shape (%s); forwarded unchanged",
-                        api.name, exc)
         except Exception as exc:  # fail open: the agent must never fail because of the proxy
-            log.warning("proxy: %s request forwarded unchanged after an internal error: %s: %s",
-                        api.name, type(exc).__name__, str(exc)[:200])
+            failed = failure(exc)  # the tools' translation (server/errors.py)
+            if failed is not None and failed.code == wire.ShapeError.code:
+                log.warning("proxy: %s request of an unknown shape (%s); forwarded unchanged",
+                            api.name, exc)
+            else:
+                log.warning("proxy: %s request forwarded unchanged after an internal error: "
+                            "%s: %s", api.name, failed.code if failed else type(exc).__name__,
+                            (failed.message if failed else str(exc))[:200])
         return raw, None, None
 
     def _paged(self, api: wire.Api, raw: bytes,

@@ -36,6 +36,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class ShapeError(ValueError):
     """The body is not a request this proxy knows how to page (it is forwarded unchanged)."""
 
+    code = "UNKNOWN_SHAPE"
+
 
 @dataclass(frozen=True, slots=True)
 class Api:

@@ -1,0 +1,113 @@
+"""Where the time of one select_context call over stdio goes, step by step, in one process.
+
+The workload is select_bench's (300 turns, 15 MiB of tool output, budget 128,000): after a cold
+call, each measured call sends one new turn after the previous reply's ``last_message_id``, as
+``select_bench``'s "stdio, one more turn, after_id" line does. Every step a request and its reply
+pass through on the server side of ``context-paging serve`` is timed on the same bytes, plus what
+the Python client does with the reply, so the sum can be compared with the end-to-end figure:
+
+* read: our transport's checks of the line (size limit, lone-surrogate scan);
+* parse: the SDK's JSON-RPC message validation of the line, then the tools/call params;
+* arguments: the tool's argument validation against its signature (``messages`` is a large
+  nested list);
+* library: ``History.select_context`` itself (the other engineers' part);
+* reply: our result model, its dump and the text copy;
+* output check: the SDK's validation of the structured content against the output model;
+* dump: the SDK turning the result into the JSON-RPC line it writes;
+* client: the Python client parsing that line into a CallToolResult.
+
+    python bench/stdio_cost.py [--turns 9]
+
+Each step is the median over ``--turns`` calls, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from select_bench import arguments, turn, workload  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=9)
+    args = parser.parse_args()
+
+    import mcp_types as types
+    from context_paging.server import mcp_server, transport
+    from context_paging.server.config import load_settings
+
+    with tempfile.TemporaryDirectory() as home:
+        settings = load_settings(home=Path(home), overrides={})
+        server = mcp_server.create_server(settings)
+        history = server.history  # type: ignore[attr-defined]
+        tool = server._tool_manager.get_tool("select_context")
+        reply_of = getattr(mcp_server, "select_context_reply", None) or (  # older commits
+            lambda r: mcp_server._reply(mcp_server.SelectContextResult(**r)))
+        messages = workload()
+        last = history.select_context("bench", messages, **_kwargs(arguments(messages)))
+        steps: dict[str, list[float]] = {}
+        sizes: list[tuple[int, int]] = []
+
+        def timed(name: str, fn):
+            start = time.perf_counter()
+            value = fn()
+            steps.setdefault(name, []).append(time.perf_counter() - start)
+            return value
+
+        for n in range(2, args.turns + 2):
+            new = turn(300 + n - 1, 52_428) + [messages[-1]]
+            call = arguments(new) | {"after_id": last["last_message_id"]}
+            request = types.JSONRPCRequest(jsonrpc="2.0", id=n, method="tools/call",
+                                           params={"name": "select_context", "arguments": call})
+            line = request.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+
+            timed("read (size, surrogates)", lambda: (transport.oversize(line, 64 << 20),
+                                                      transport.repair_line(line)))
+            message = timed("parse: JSON-RPC line", lambda: types.jsonrpc_message_adapter
+                            .validate_json(line, by_name=False))
+            params = timed("parse: tools/call params", lambda: types.CallToolRequestParams
+                           .model_validate(message.params, by_name=False))
+            validated = timed("arguments: tool signature",
+                              lambda: tool.fn_metadata.validate_arguments(params.arguments))
+            reply = timed("library: History.select_context", lambda: history.select_context(
+                "bench", new, **_kwargs(call)))
+            result = timed("reply: result model + text", lambda: reply_of(reply))
+            timed("output check: structured content", lambda: tool.fn_metadata.convert_result(
+                result))
+            out = timed("dump: JSON-RPC response line", lambda: types.JSONRPCResponse(
+                jsonrpc="2.0", id=n, result=result.model_dump(
+                    by_alias=True, mode="json", exclude_none=True))
+                .model_dump_json(by_alias=True, exclude_unset=True))
+            timed("client: parse the reply", lambda: types.CallToolResult.model_validate(
+                types.jsonrpc_message_adapter.validate_json(out, by_name=False).result))
+            sizes.append((len(line), len(out)))
+            last = reply
+            del validated
+
+    total = 0.0
+    print(f"request line {statistics.median(s[0] for s in sizes) / 1024:,.0f} KiB, reply line "
+          f"{statistics.median(s[1] for s in sizes) / 1024:,.0f} KiB (medians)")
+    for name, times in steps.items():
+        ms = statistics.median(times) * 1000
+        total += ms
+        print(f"{name:<40} {ms:7.2f} ms")
+    print(f"{'sum of the steps':<40} {total:7.2f} ms")
+
+
+def _kwargs(call: dict) -> dict:
+    return {"fmt": call.get("format", "auto"), "system": call.get("system"),
+            "tools": call.get("tools"), "model_window": call.get("model_window"),
+            "token_budget": call.get("token_budget"), "after_id": call.get("after_id")}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""What the tools return: the reply models (their schemas are the tools' output schemas) and
+the builders the CLI shares with the tools (``search --json``, ``browse --json``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from context_paging.index.catalog import SessionSummary
+from context_paging.index.service import SearchReply
+from context_paging.index.stats import Stats, Tokens
+from pydantic import BaseModel, Field
+
+
+class Reference(BaseModel):
+    history_id: str
+    session: str
+    sequence: int = Field(description="Position among the session's visible items (0 = oldest)")
+    kind: Literal["user", "model_turn"]
+    timestamp: str
+    preview: str
+    tools: list[str]
+    files: list[str]
+    failed: bool
+    previous_history_id: str | None
+    next_history_id: str | None
+
+
+class SearchResult(BaseModel):
+    references: list[Reference]
+    items: list[dict[str, Any]] | None = None
+    unloaded_history_ids: list[str] | None = None
+    note: str | None = None
+
+
+class BrowseResult(BaseModel):
+    references: list[Reference]
+    note: str | None = None
+
+
+class LoadResult(BaseModel):
+    items: list[dict[str, Any]]
+
+
+class OutputPage(BaseModel):
+    offset: int
+    next_offset: int | None
+    total_characters: int
+    text: str
+
+
+class RecallResult(BaseModel):
+    text: str
+    images: int = Field(description="How many images follow the text as image content")
+
+
+class SessionsResult(BaseModel):
+    sessions: list[SessionSummary]
+
+
+class Usage(BaseModel):
+    input_tokens: Annotated[int | None, Field(ge=0)] = None
+    output_tokens: Annotated[int | None, Field(ge=0)] = None
+    cache_read_tokens: Annotated[int | None, Field(ge=0)] = None
+    cache_write_tokens: Annotated[int | None, Field(ge=0)] = None
+
+
+class SelectContextResult(BaseModel):
+    messages: list[dict[str, Any]] = Field(description="The window to send, in the input format")
+    mode: Literal["within_budget", "paged", "protected_overflow", "recovery", "disabled"]
+    estimated_tokens: Tokens
+    budget_tokens: Tokens
+    target_tokens: Tokens
+    evicted_messages: int
+    frontier: dict[str, Any] | None
+    fallback_reason: str | None
+    notice: str | None
+    last_message_id: str | None = Field(default=None, description=(
+        "Id of the newest message now stored for the session: pass it as after_id next time "
+        "and send only the messages after it"))
+    distilled: list[dict[str, Any]] = Field(description=(
+        "What this window carries shortened or left out, one entry each: tool_call_id (an "
+        "output) or history_id (an omitted exchange), action (distill, remove, drop_image, "
+        "omit_exchange), judge, saved_characters, saved_tokens, and recall: the exact call "
+        "that returns the original"))
+
+
+class StatsResult(Stats):
+    text: str = Field(description="The report as text")
+
+
+def search_result(reply: SearchReply) -> SearchResult:
+    """search_history's reply (also ``context-paging search --json``)."""
+    return SearchResult(
+        references=[Reference(**r) for r in reply.references], items=reply.items,
+        unloaded_history_ids=reply.unloaded_history_ids, note=reply.note,
+    )
+
+
+def browse_result(references: list[dict[str, Any]], note: str | None) -> BrowseResult:
+    """browse_history's reply (also ``context-paging browse --json``)."""
+    return BrowseResult(references=[Reference(**r) for r in references], note=note)
