@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+from context_paging.index.canonical import orjson, plain
 from context_paging.index.context import ContextSettings
 from context_paging.index.navigator import dumps
 from context_paging.index.service import History
@@ -150,10 +151,24 @@ def untitled(schema: Any) -> Any:
     return out
 
 
+def compact_json(value: Any) -> str:
+    """``navigator.dumps(value)``, the very same text, through orjson where it writes the same
+    bytes (index/canonical.py: no floats, str keys, 64-bit integers, no lone surrogates). A
+    select_context window is hundreds of KB; orjson writes it in a fifth of the time."""
+    if orjson is not None and plain(value):
+        try:
+            return orjson.dumps(value).decode()
+        except TypeError:  # an integer beyond 64 bits, a lone surrogate
+            pass
+    return dumps(value)
+
+
 def _reply(model: BaseModel) -> CallToolResult:
+    # The text copy of the structured content: the MCP spec asks for it (clients that do not
+    # read structured content, and the model, read this), so it stays, made cheaply.
     value = model.model_dump()
     return CallToolResult(
-        content=[TextContent(type="text", text=dumps(value))],
+        content=[TextContent(type="text", text=compact_json(value))],
         structured_content=value,
     )
 

@@ -1,0 +1,174 @@
+"""Where the wall time of a select_context call over stdio goes, traced across both processes.
+
+Runs ``context-paging serve`` (this checkout) in a child process whose transport and History are
+wrapped to stamp ``time.monotonic()`` (one clock for both processes on Linux) at each hand-over,
+drives it with the SDK's real stdio client on select_bench's workload (a cold call, then one new
+turn at a time after ``last_message_id``), and prints the median of each span:
+
+* request in: client serializes and writes the line, the server's transport reads it;
+* to the library: JSON-RPC validation, argument validation, the worker-thread hop;
+* library: ``History.select_context``;
+* reply out: result model and text copy, output validation, the response's JSON dump;
+* write: the reply line through the pipe (the client reads as it goes);
+* client: from the last byte written to ``call_tool`` returning (the client's line splitting,
+  parsing, result model and output-schema check).
+
+    python bench/stdio_trace.py [--turns 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from select_bench import arguments, turn, workload  # noqa: E402
+
+# The child: `serve` with stamps. Stamps go to stderr as one JSON line at exit.
+CHILD = r"""
+import json, os, sys, time
+from context_paging.server import transport
+from context_paging.index import service
+trace = open(os.environ["STDIO_TRACE_FILE"], "a", buffering=1)
+if os.environ.get("PIPE_SZ"):
+    import fcntl; print(fcntl.fcntl(1, 1031, int(os.environ["PIPE_SZ"])), file=sys.stderr)
+def stamp(name): trace.write(json.dumps([name, time.monotonic()]) + "\n")
+
+read = transport._Stdin.__anext__
+async def traced_read(self):
+    line = await read(self)
+    if '"tools/call"' in line[:200] or '"tools/call"' in line[-400:]:
+        stamp("read")
+    return line
+transport._Stdin.__anext__ = traced_read
+
+select = service.History.select_context
+def traced_select(self, *args, **kwargs):
+    stamp("library_start")
+    try:
+        return select(self, *args, **kwargs)
+    finally:
+        stamp("library_end")
+service.History.select_context = traced_select
+
+from context_paging.server import mcp_server
+if hasattr(mcp_server, "_reply"):
+    reply = mcp_server._reply
+    def traced_reply(model):
+        stamp("reply_start")
+        try:
+            return reply(model)
+        finally:
+            stamp("reply_end")
+    mcp_server._reply = traced_reply
+from mcp.shared import jsonrpc_dispatcher
+write_result = jsonrpc_dispatcher.JSONRPCDispatcher._write_result
+async def traced_write_result(self, request_id, result):
+    if "structuredContent" in result and "last_message_id" in result["structuredContent"]:
+        stamp("response")
+    return await write_result(self, request_id, result)
+jsonrpc_dispatcher.JSONRPCDispatcher._write_result = traced_write_result
+
+class Out:
+    def __init__(self, inner): self.inner = inner
+    async def write(self, text):
+        big = len(text) > 10000
+        if big: stamp("write_start")
+        await self.inner.write(text)
+        if big: self.big = True
+    async def flush(self):
+        await self.inner.flush()
+        if getattr(self, "big", False):
+            stamp("write_end"); self.big = False
+
+import anyio, functools
+from io import TextIOWrapper
+from mcp.server import stdio as sdk_stdio
+real = sdk_stdio.stdio_server
+def patched(stdin=None, stdout=None):
+    out = Out(anyio.wrap_file(TextIOWrapper(sys.stdout.buffer, encoding="utf-8")))
+    return real(stdin=stdin, stdout=out)
+transport.stdio_server = patched
+from context_paging.server.cli import main
+if os.environ.get("STDIO_PROFILE"):  # the event loop's thread only (the library runs in a worker)
+    import cProfile
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        main(sys.argv[1:])
+    finally:
+        profile.disable()
+        profile.dump_stats(os.environ["STDIO_PROFILE"])
+    sys.exit(0)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=9)
+    args = parser.parse_args()
+
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    messages = workload()
+    client_stamps: list[tuple[float, float]] = []
+
+    async def run() -> list:
+        with tempfile.TemporaryDirectory() as home:
+            trace = Path(home) / "trace.jsonl"
+            params = StdioServerParameters(command=sys.executable,
+                                           args=["-c", CHILD, "--home", home, "serve"],
+                                           env=dict(os.environ, STDIO_TRACE_FILE=str(trace)))
+            async with Client(params) as client:
+                result = await client.call_tool("select_context", arguments(messages))
+                last = result.structured_content
+                for n in range(2, args.turns + 2):
+                    new = turn(300 + n - 1, 52_428) + [messages[-1]]
+                    call = arguments(new) | {"after_id": last["last_message_id"]}
+                    start = time.monotonic()
+                    result = await client.call_tool("select_context", call)
+                    client_stamps.append((start, time.monotonic()))
+                    assert not result.is_error, result.content[0].text
+                    last = result.structured_content
+            return [json.loads(x) for x in trace.read_text().splitlines()]
+
+    stamps = anyio.run(run)
+    calls = _per_call(stamps)[1:]  # the first is the cold call
+    spans: dict[str, list[float]] = {}
+    for (start, end), c in zip(client_stamps, calls, strict=True):
+        for name, a, b in (("request in", start, c["read"]),
+                           ("to the library", c["read"], c["library_start"]),
+                           ("library", c["library_start"], c["library_end"]),
+                           ("reply out", c["library_end"], c["write_start"]),
+                           ("  back on the loop", c["library_end"], c.get("reply_start", 0)),
+                           ("  our reply", c.get("reply_start", 0), c.get("reply_end", 0)),
+                           ("  SDK result", c.get("reply_end", 0), c.get("response", 0)),
+                           ("  SDK dump", c.get("response", 0), c["write_start"]),
+                           ("write", c["write_start"], c["write_end"]),
+                           ("client", c["write_end"], end),
+                           ("total", start, end)):
+            spans.setdefault(name, []).append(b - a)
+    for name, values in spans.items():
+        print(f"{name:<16} {statistics.median(values) * 1000:7.2f} ms  (p50 of {len(values)})")
+
+
+def _per_call(stamps: list) -> list[dict[str, float]]:
+    calls: list[dict[str, float]] = []
+    for name, t in stamps:
+        if name == "read":
+            calls.append({})
+        calls[-1].setdefault(name, t)
+    return calls
+
+
+if __name__ == "__main__":
+    main()
