@@ -6,6 +6,7 @@ call, each measured call sends one new turn after the previous reply's ``last_me
 pass through on the server side of ``context-paging serve`` is timed on the same bytes, plus what
 the Python client does with the reply, so the sum can be compared with the end-to-end figure:
 
+* client dump: the Python client serializing the request;
 * read: our transport's checks of the line (size limit, lone-surrogate scan);
 * parse: the SDK's JSON-RPC message validation of the line, then the tools/call params;
 * arguments: the tool's argument validation against its signature (``messages`` is a large
@@ -18,13 +19,14 @@ the Python client does with the reply, so the sum can be compared with the end-t
 
     python bench/stdio_cost.py [--turns 9]
 
-Each step is the median over ``--turns`` calls, in milliseconds.
+The cold call (the whole 15 MiB conversation, first call on a fresh home) is one sample; the
+``after_id`` column is the median over ``--turns`` calls, in milliseconds. Pipes, thread hops and
+the client's reading are not here: ``bench/stdio_trace.py`` traces those across the processes.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -47,40 +49,38 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as home:
         settings = load_settings(home=Path(home), overrides={})
+        limit = settings.get("paging", "max_request_bytes")
         server = mcp_server.create_server(settings)
         history = server.history  # type: ignore[attr-defined]
         tool = server._tool_manager.get_tool("select_context")
-        reply_of = getattr(mcp_server, "select_context_reply", None) or (  # older commits
-            lambda r: mcp_server._reply(mcp_server.SelectContextResult(**r)))
-        messages = workload()
-        last = history.select_context("bench", messages, **_kwargs(arguments(messages)))
-        steps: dict[str, list[float]] = {}
-        sizes: list[tuple[int, int]] = []
+        cold: dict[str, list[float]] = {}
+        warm: dict[str, list[float]] = {}
+        sizes: dict[str, list[tuple[int, int]]] = {"cold": [], "after_id": []}
 
-        def timed(name: str, fn):
-            start = time.perf_counter()
-            value = fn()
-            steps.setdefault(name, []).append(time.perf_counter() - start)
-            return value
+        def one(n: int, call: dict, steps: dict[str, list[float]]) -> dict:
+            """Every step of one call, on the bytes a Python client sends."""
+            def timed(name: str, fn):
+                start = time.perf_counter()
+                value = fn()
+                steps.setdefault(name, []).append(time.perf_counter() - start)
+                return value
 
-        for n in range(2, args.turns + 2):
-            new = turn(300 + n - 1, 52_428) + [messages[-1]]
-            call = arguments(new) | {"after_id": last["last_message_id"]}
             request = types.JSONRPCRequest(jsonrpc="2.0", id=n, method="tools/call",
                                            params={"name": "select_context", "arguments": call})
-            line = request.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-
-            timed("read (size, surrogates)", lambda: (transport.oversize(line, 64 << 20),
-                                                      transport.repair_line(line)))
+            line = timed("client: dump the request", lambda: request.model_dump_json(
+                by_alias=True, exclude_unset=True) + "\n")
+            timed("read: size limit, surrogate scan", lambda: (transport.oversize(line, limit),
+                                                               transport.repair_line(line)))
             message = timed("parse: JSON-RPC line", lambda: types.jsonrpc_message_adapter
                             .validate_json(line, by_name=False))
             params = timed("parse: tools/call params", lambda: types.CallToolRequestParams
                            .model_validate(message.params, by_name=False))
-            validated = timed("arguments: tool signature",
-                              lambda: tool.fn_metadata.validate_arguments(params.arguments))
+            timed("arguments: tool signature",
+                  lambda: tool.fn_metadata.validate_arguments(params.arguments))
             reply = timed("library: History.select_context", lambda: history.select_context(
-                "bench", new, **_kwargs(call)))
-            result = timed("reply: result model + text", lambda: reply_of(reply))
+                "bench", call["messages"], **_kwargs(call)))
+            result = timed("reply: result model + text copy", lambda: mcp_server._reply(
+                mcp_server.SelectContextResult(**reply)))
             timed("output check: structured content", lambda: tool.fn_metadata.convert_result(
                 result))
             out = timed("dump: JSON-RPC response line", lambda: types.JSONRPCResponse(
@@ -89,18 +89,26 @@ def main() -> None:
                 .model_dump_json(by_alias=True, exclude_unset=True))
             timed("client: parse the reply", lambda: types.CallToolResult.model_validate(
                 types.jsonrpc_message_adapter.validate_json(out, by_name=False).result))
-            sizes.append((len(line), len(out)))
-            last = reply
-            del validated
+            sizes["cold" if steps is cold else "after_id"].append((len(line), len(out)))
+            return reply
 
-    total = 0.0
-    print(f"request line {statistics.median(s[0] for s in sizes) / 1024:,.0f} KiB, reply line "
-          f"{statistics.median(s[1] for s in sizes) / 1024:,.0f} KiB (medians)")
-    for name, times in steps.items():
-        ms = statistics.median(times) * 1000
-        total += ms
-        print(f"{name:<40} {ms:7.2f} ms")
-    print(f"{'sum of the steps':<40} {total:7.2f} ms")
+        messages = workload()
+        last = one(1, arguments(messages), cold)
+        for n in range(2, args.turns + 2):
+            new = turn(300 + n - 1, 52_428) + [messages[-1]]
+            last = one(n, arguments(new) | {"after_id": last["last_message_id"]}, warm)
+        history.close()
+
+    print(f"{'step':<40} {'cold':>10} {'after_id p50':>14}")
+    for label, key in (("request line", 0), ("reply line", 1)):
+        print(f"{label:<40} {sizes['cold'][0][key] / 1024:7,.0f} KiB "
+              f"{statistics.median(s[key] for s in sizes['after_id']) / 1024:10,.0f} KiB")
+    totals = [0.0, 0.0]
+    for name in warm:
+        figures = [cold[name][0] * 1000, statistics.median(warm[name]) * 1000]
+        totals = [t + f for t, f in zip(totals, figures, strict=True)]
+        print(f"{name:<40} {figures[0]:7.2f} ms {figures[1]:10.2f} ms")
+    print(f"{'sum of the steps':<40} {totals[0]:7.2f} ms {totals[1]:10.2f} ms")
 
 
 def _kwargs(call: dict) -> dict:

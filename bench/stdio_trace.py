@@ -93,8 +93,9 @@ from io import TextIOWrapper
 from mcp.server import stdio as sdk_stdio
 real = sdk_stdio.stdio_server
 def patched(stdin=None, stdout=None):
-    out = Out(anyio.wrap_file(TextIOWrapper(sys.stdout.buffer, encoding="utf-8")))
-    return real(stdin=stdin, stdout=out)
+    # This checkout's transport brings its own stdout; an older one lets the SDK open it.
+    inner = stdout or anyio.wrap_file(TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+    return real(stdin=stdin, stdout=Out(inner))
 transport.stdio_server = patched
 from context_paging.server.cli import main
 if os.environ.get("STDIO_PROFILE"):  # the event loop's thread only (the library runs in a worker)
