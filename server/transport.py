@@ -58,6 +58,7 @@ log = logging.getLogger("context_paging")
 _LONE_SURROGATE = re.compile(
     r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
     r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD]")
 _ID = re.compile(r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 # Where a request's own id sits in a line too large to parse: first after "jsonrpc" (Python
 # clients) or last before the closing brace (TypeScript clients spread the request first).
@@ -79,10 +80,10 @@ def _clean(value: Any) -> Any:
 
 def repair_line(line: str) -> tuple[str, bool]:
     """The line with lone surrogates replaced by U+FFFD, and whether anything was replaced."""
-    # Every surrogate escape starts "\ud" or "\uD": two substring searches rule out almost
-    # every line at memory speed, where the regex (its lookbehind tried at each position) took
-    # 0.8 s on a 15 MB request and about 1 ms on a 52 KB one (bench/stdio_cost.py).
-    if ("\\ud" not in line and "\\uD" not in line) or not _LONE_SURROGATE.search(line):
+    # Every surrogate escape starts "\ud" or "\uD": a search for just that rules out almost
+    # every line (7 ms on 15 MB), where the full pattern (its lookbehind tried at each position)
+    # took 0.44–0.8 s on a 15 MB request and 1.4 ms on a 52 KB one (bench/stdio_cost.py).
+    if not _SURROGATE_ESCAPE.search(line) or not _LONE_SURROGATE.search(line):
         return line, False
     try:
         value = json.loads(line)

@@ -102,4 +102,5 @@ def test_the_table_decides_each_tool_set():
 def test_the_cli_reports_a_coded_error_without_a_traceback(tmp_path, capsys):
     status = cli.main(["--home", str(tmp_path), "stats", "--session", "ledger:a..b"])
     assert status == 2
-    assert capsys.readouterr().err.startswith("context-paging: ledger session id 'ledger:a..b' is not allowed")
+    assert capsys.readouterr().err.startswith(
+        "context-paging: ledger session id 'ledger:a..b' is not allowed")
