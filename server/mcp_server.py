@@ -1,8 +1,10 @@
 """The MCP server: tool functions over ``index.service.History``, registered from one table.
 
-Each tool is a module-level function whose first parameter is the server's :class:`Deps` (the
-History, the settings, the lock, the sampler); :func:`create_server` binds it and registers it
-under the table's title, annotations and tool sets. A tool parses its arguments (pydantic does
+Each tool is a module-level function whose first parameter is the server's ``Deps`` (the
+History, the settings, the lock, the sampler; server/binding.py); :func:`create_server` binds it
+and registers it from one table, :data:`TOOLS`, under its title, annotations and tool sets.
+select_context's sampling resolvers are in server/select_sampling.py, the reply models in
+server/results.py. A tool parses its arguments (pydantic does
 the bounds), runs one History operation in a worker thread (the index and session files are
 blocking I/O), and renders through :func:`_reply`: the model reads compact JSON text, the host
 gets the same value as structured content. Anticipated failures (server/errors.py) come back as
@@ -11,26 +13,20 @@ tool errors whose text starts with an error code and names the bad value.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import threading
-import typing
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple
 
-import anyio
 import anyio.from_thread
-import anyio.to_thread
 from context_paging.index.canonical import orjson, plain
 from context_paging.index.context import ContextSettings
 from context_paging.index.navigator import dumps
 from context_paging.index.service import History
 from context_paging.index.stats import render as render_stats
 from context_paging.paging.distill import DistillConfig
+from context_paging.server.binding import Deps, ToolFailure, bind
 from context_paging.server.config import Settings
-from context_paging.server.errors import Failure, failure
 from context_paging.server.results import (
     BrowseResult,
     LoadResult,
@@ -45,14 +41,9 @@ from context_paging.server.results import (
     browse_result,
     search_result,
 )
-from context_paging.server.sampling import (
-    Prompt,
-    Sampler,
-    SamplingJudge,
-    can_sample,
-    uses_input_required,
-)
-from mcp.server.mcpserver import Context, MCPServer, Resolve, Sample
+from context_paging.server.sampling import Prompt, Sampler
+from context_paging.server.select_sampling import judge_for, with_sampling
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -66,7 +57,6 @@ __all__ = [  # the reply models and builders live in server/results.py; imported
 ]
 
 log = logging.getLogger("context_paging")
-T = TypeVar("T")
 
 INSTRUCTIONS = """\
 This server keeps the exact history of coding-agent sessions (Pi, Claude Code, Codex, and \
@@ -96,42 +86,6 @@ SessionArg = Annotated[
 # (Pi on openai-codex: ``call_…|<encoded item id>``); paths and MCP tool names can be long too.
 ID_MAX = 4096
 HistoryId = Annotated[str, Field(max_length=ID_MAX, description="A history_id from a reference.")]
-
-
-
-class ToolFailure(Exception):
-    """An anticipated failure raised by the server itself, shown to the model as
-    ``CODE: message``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(frozen=True, slots=True)
-class Deps:
-    """What every tool function is given: one value per server, never a global."""
-
-    history: History
-    settings: Settings
-    # Held while a History call runs; ``serve`` takes it on Ctrl-C so a ledger append or an
-    # index commit finishes before the process exits.
-    lock: threading.Lock
-    sampler: Sampler
-
-    async def run(self, fn: Callable[..., T], *args: Any, recovery: bool = True,
-                  **kwargs: Any) -> T:
-        """Run a blocking History call in a worker thread, one at a time. Its errors propagate;
-        the tool's binding translates them (:func:`_bind`)."""
-        if recovery and not self.settings.paging_enabled:
-            raise ToolFailure("DISABLED", "context paging is disabled in this server's settings "
-                              "([paging] enabled = false); the recovery tools are off")
-
-        def locked() -> T:
-            with self.lock:
-                return fn(*args, **kwargs)
-
-        return await anyio.to_thread.run_sync(locked)
 
 
 def untitled(schema: Any) -> Any:
@@ -173,10 +127,6 @@ def _reply(model: BaseModel) -> CallToolResult:
     )
 
 
-def _error(failed: Failure) -> CallToolResult:
-    return CallToolResult(is_error=True, content=[TextContent(type="text", text=failed.text)])
-
-
 def progress_reporter(ctx: Context) -> Callable[[float, float | None, str], None]:
     def report(done: float, total: float | None, message: str) -> None:
         try:
@@ -188,6 +138,7 @@ def progress_reporter(ctx: Context) -> Callable[[float, float | None, str], None
 
 
 # --- the tools ------------------------------------------------------------------------------
+
 
 async def search_history(
     deps: Deps,
@@ -352,8 +303,8 @@ async def select_context(
     the session's ledger, then returns the window to send: the newest messages that fit the
     token budget, whole oldest turns replaced by a short notice once the budget is exceeded,
     with a stable cut point so prompt caches keep hitting. Errors start with their code."""
-    judge = await _judge_for(deps, ctx, sampling_prompts or [], samples, session, messages,
-                             format, ephemeral, model, after_id)
+    judge = await judge_for(deps, ctx, sampling_prompts or [], samples, session, messages,
+                            format, ephemeral, model, after_id)
     reply = await deps.run(
         deps.history.select_context, session, messages, fmt=format, system=system, tools=tools,
         model=model, model_window=model_window, token_budget=token_budget,
@@ -377,102 +328,13 @@ async def paging_stats(deps: Deps,
     )
 
 
-# --- select_context's sampling (server/sampling.py) -----------------------------------------
-
-
-async def _sampling_prompts(deps: Deps, session: str, messages: list, format: str,
-                            ephemeral: list | None, model: str | None, after_id: str | None,
-                            ctx: Context) -> list[Prompt]:
-    """2026-era connections: the prompts this call's resolver slots ask (server/sampling)."""
-    sampler = deps.sampler
-    if not (sampler.slots and uses_input_required(ctx) and can_sample(ctx)):
-        return []
-    try:
-        plan = await deps.run(deps.history.distill_plan, session, messages, format,
-                              ephemeral or (), model, after_id, recovery=False)
-    except Exception:  # the tool body reports a bad request with its proper error
-        return []
-    return sampler.prompts(plan)[: sampler.slots]
-
-
-def _sampling_slot(sampler: Sampler, prompts_param: Any,
-                   k: int) -> Callable[..., Sample | None]:
-    def ask(prompts: list, ctx: Context) -> Sample | None:
-        if k >= len(prompts):
-            return None
-        return sampler.sample(prompts[k], fresh_round=ctx.request_state is None)
-
-    ask.__annotations__ = {"prompts": prompts_param, "ctx": Context, "return": Sample | None}
-    ask.__qualname__ = f"sampling_slot_{k}"
-    return ask
-
-
-async def _judge_for(deps: Deps, ctx: Context, prompts: list[Prompt], samples: dict[str, Any],
-                     session: str, messages: list, fmt: str, ephemeral: list[int] | None,
-                     model: str | None, after_id: str | None = None) -> SamplingJudge | None:
-    """The sampling judge with this call's answers, or None (local) without sampling."""
-    sampler = deps.sampler
-    if not sampler.slots or not can_sample(ctx):
-        return None
-    if uses_input_required(ctx):
-        results = {p.key: samples.get(f"sample_{k}") for k, p in enumerate(prompts)}
-        return SamplingJudge(sampler.in_time(list(results), results), results, sampler)
-    try:
-        plan = await deps.run(deps.history.distill_plan, session, messages, fmt,
-                              ephemeral or (), model, after_id, recovery=False)
-    except Exception:  # select_context reports a bad request; anything else: local judge
-        log.debug("no sampling plan for this call", exc_info=True)
-        return None
-    everything = sampler.prompts(plan)
-    return SamplingJudge(await sampler.ask(ctx, everything), {p.key for p in everything},
-                         sampler)
-
-
-def _with_sampling_slots(fn: Callable[..., Any], slots: int, prompts_param: Any,
-                         slot: Callable[[int], Callable[..., Any]]) -> None:
-    """Give ``select_context`` its hidden sampling parameters (server/sampling.py): the prompt
-    list and ``slots`` answers, each filled by a ``Resolve`` dependency, never by the caller
-    (they are not in the tool's input schema). The function takes them as ``**samples``; its
-    signature names them so the SDK can see them."""
-    annotations = typing.get_type_hints(fn, include_extras=True)  # this module's strings
-    annotations.pop("samples", None)
-    signature = inspect.signature(fn)
-    params = [p.replace(annotation=annotations.get(p.name, p.annotation))
-              for p in signature.parameters.values()
-              if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    if slots:
-        annotations["sampling_prompts"] = prompts_param
-        params = [p.replace(annotation=prompts_param) if p.name == "sampling_prompts" else p
-                  for p in params]
-        for k in range(slots):
-            name = f"sample_{k}"
-            annotations[name] = Annotated[Any, Resolve(slot(k))]
-            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                            annotation=annotations[name]))
-    else:
-        params = [p for p in params if p.name != "sampling_prompts"]
-        annotations.pop("sampling_prompts", None)
-    returns = annotations.get("return", signature.return_annotation)
-    fn.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=params, return_annotation=returns)
-    fn.__annotations__ = annotations
-
-
-def _with_sampling(fn: Callable[..., Any], deps: Deps) -> None:
-    """select_context's hidden sampling parameters, for this server's sampler."""
-    prompts = _bind(_sampling_prompts, deps, translate=False)  # a resolver, not a tool
-    prompts_param = Annotated[list, Resolve(prompts)]
-    _with_sampling_slots(fn, deps.sampler.slots, prompts_param,
-                         functools.partial(_sampling_slot, deps.sampler, prompts_param))
-
-
 # --- the table --------------------------------------------------------------------------------
 
 BOTH = frozenset({"all", "recovery"})
 ALL_ONLY = frozenset({"all"})
 
 
-class Tool(typing.NamedTuple):
+class Tool(NamedTuple):
     """One row of the table: the function (its name is the tool's), how it is shown, and
     which ``serve --tools`` sets list it."""
 
@@ -498,38 +360,10 @@ TOOLS = (
     Tool(read_context_output, "Read Context Output"),
     Tool(recall, "Recall"),
     Tool(list_sessions, "List Sessions"),
-    Tool(select_context, "Select Context", HOST_TOOL, ALL_ONLY, prepare=_with_sampling),
+    Tool(select_context, "Select Context", HOST_TOOL, ALL_ONLY, prepare=with_sampling),
     Tool(paging_stats, "Paging Stats", sets=ALL_ONLY),
 )
 RECOVERY_TOOLS = frozenset(t.name for t in TOOLS if "recovery" in t.sets)
-
-
-def _bind(fn: Callable[..., Awaitable[T]], deps: Deps,
-          translate: bool = True) -> Callable[..., Awaitable[T]]:
-    """``fn`` with ``deps`` given and its signature without it (the SDK reads the signature for
-    the input schema and the injected values); with ``translate``, anticipated failures become
-    tool errors through the one translation (server/errors.py)."""
-    hints = typing.get_type_hints(fn, include_extras=True)  # this module's strings, resolved
-    hints.pop("deps", None)
-    signature = inspect.signature(fn)
-    params = [p.replace(annotation=hints.get(p.name, p.annotation))
-              for p in signature.parameters.values() if p.name != "deps"]
-    home = deps.settings.home
-
-    @functools.wraps(fn)
-    async def bound(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await fn(deps, *args, **kwargs)
-        except Exception as exc:
-            failed = failure(exc, home) if translate else None
-            if failed is None:
-                raise  # a bug: the SDK reports it without its text
-            return _error(failed)
-
-    bound.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=params, return_annotation=hints.get("return", signature.return_annotation))
-    bound.__annotations__ = hints
-    return bound
 
 
 def make_history(settings: Settings) -> History:
@@ -562,7 +396,7 @@ def create_server(settings: Settings, history: History | None = None,
     for row in TOOLS:
         if tool_set not in row.sets:
             continue
-        fn = _bind(row.fn, deps)
+        fn = bind(row.fn, deps)
         if row.prepare is not None:
             row.prepare(fn, deps)
         description = " ".join((row.fn.__doc__ or "").split())
