@@ -14,6 +14,9 @@ turn at a time after ``last_message_id``), and prints the median of each span:
   parsing, result model and output-schema check).
 
     python bench/stdio_trace.py [--turns 9]
+
+``STDIO_TRACE_NO_TEXT_COPY=1`` replaces the reply's text copy with ``{}`` (an experiment: the
+MCP spec asks for the copy, and the server sends it) to show what the copy costs end to end.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ def traced_select(self, *args, **kwargs):
 service.History.select_context = traced_select
 
 from context_paging.server import mcp_server
+if os.environ.get("STDIO_TRACE_NO_TEXT_COPY"):  # an experiment only: what the copy costs
+    mcp_server.compact_json = lambda value: "{}"
 if hasattr(mcp_server, "_reply"):
     reply = mcp_server._reply
     def traced_reply(model):
@@ -79,6 +84,11 @@ jsonrpc_dispatcher.JSONRPCDispatcher._write_result = traced_write_result
 class Out:
     def __init__(self, inner): self.inner = inner
     async def write(self, text):
+        if not hasattr(self, "sized"):
+            import fcntl
+            wire = getattr(self.inner, "_file", None) or self.inner.wrapped  # ours, or anyio's
+            self.sized = fcntl.fcntl(wire.fileno(), 1032)  # F_GETPIPE_SZ
+            trace.write(json.dumps(["pipe_bytes", self.sized]) + "\n")
         big = len(text) > 10000
         if big: stamp("write_start")
         await self.inner.write(text)
@@ -128,7 +138,8 @@ def main() -> None:
             trace = Path(home) / "trace.jsonl"
             params = StdioServerParameters(command=sys.executable,
                                            args=["-c", CHILD, "--home", home, "serve"],
-                                           env=dict(os.environ, STDIO_TRACE_FILE=str(trace)))
+                                           env=dict(os.environ, STDIO_TRACE_FILE=str(trace)),
+                                           cwd=home)  # so `-c` imports PYTHONPATH's checkout
             async with Client(params) as client:
                 result = await client.call_tool("select_context", arguments(messages))
                 last = result.structured_content
@@ -165,6 +176,9 @@ def main() -> None:
 def _per_call(stamps: list) -> list[dict[str, float]]:
     calls: list[dict[str, float]] = []
     for name, t in stamps:
+        if name == "pipe_bytes":
+            print(f"reply pipe: {t:,} bytes")
+            continue
         if name == "read":
             calls.append({})
         calls[-1].setdefault(name, t)
