@@ -113,7 +113,7 @@ def screenshot_run(fmt: str) -> list[dict]:
 @pytest.fixture
 def home(tmp_path):
     # The run-end cost gate would defer an omission this small in a context this short;
-    # the gate itself is tested in tests/test_distill.py.
+    # the gate itself is tested in tests/test_distill_items.py.
     return ledger_home(tmp_path, exchange_break_even=False)
 
 

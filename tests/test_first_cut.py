@@ -13,7 +13,7 @@ from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_
 from context_paging.paging.replay_cost import Prices, common_prefix, sent_after, totals
 from context_paging.paging.select import ContextSelectionError, select_context
 
-from tests.test_select import TOOLS, FakeRaw, call, result, tool_assistant, user, window
+from tests.builders import TOOLS, FakeRaw, call, result, tool_assistant, user, window
 
 BUDGET = 24_000
 
