@@ -30,7 +30,6 @@ from context_paging.paging.units import tool_call_ids
 
 SYSTEM = "resident prompt"
 TOOLS = [{"name": "read", "description": "Read files", "parameters": {"type": "object"}}]
-SAME = object()  # upstream's selected(): the target defaults to the budget (legacy budget-only)
 
 
 def user(text, ts=0):
@@ -62,7 +61,10 @@ def result(call_id, text, name="read"):
 def repeat(marker, count):
     return f"{marker} {'x' * count}"
 
+
 # -- the selector harness: the ledger and upstream's selected() ------------------------------
+
+SAME = object()  # upstream's selected(): the target defaults to the budget (legacy budget-only)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from context_paging.paging.select import TokenEstimates
 
 from tests.builders import FakeRaw, assistant, raises, repeat, select, user
 
-MAX_SAFE = 2**53 - 1
+MAX_SAFE = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER, upstream's largest valid count
 
 
 # -- §9 limits and validation ------------------------------------------------------------------
