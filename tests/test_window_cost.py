@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from context_paging.index.canonical import canonical, plain
-from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.index.request import FingerprintMemo, same
 from context_paging.paging.limits import ContextSelectionError
@@ -101,7 +101,7 @@ def test_an_uncounted_message_never_reaches_the_window(tmp_path):
     reply = fast.select("s", messages, fmt="pi")
     assert reply == full.select("s", messages, fmt="pi")
     assert reply["mode"] == "paged"
-    assert len(fast._estimates) < len(full._estimates) / 2  # most of history left uncounted
+    assert len(fast.estimates.cache) < len(full.estimates.cache) / 2  # most of history left uncounted
 
 
 def test_after_id_with_the_new_messages_answers_as_the_whole_conversation(tmp_path):
@@ -249,8 +249,8 @@ def test_a_window_that_reaches_unjudged_outputs_gets_the_full_pass(tmp_path):
 
     fast, full = sparse(tmp_path / "a", False), sparse(tmp_path / "b", True)
     passes = []
-    original = fast._distill
-    fast._distill = lambda *a: passes.append(a[-1]) or original(*a)
+    original = fast.distiller.run
+    fast.distiller.run = lambda *a: passes.append(a[-1]) or original(*a)
     assert outcome(fast, messages=messages, fmt="pi") == outcome(full, messages=messages,
                                                                  fmt="pi")
     assert passes == [10_000, None]  # the reach pass, then the full one
