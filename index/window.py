@@ -321,7 +321,7 @@ class ContextService:
             token_estimates=calibration.token_estimates if calibration else None,
             outgoing_only=request.outgoing,
             raw=LedgerHistory(request, call.ledger.items()), cut_state=call.cut_state,
-            notice_tokens=self.notice_tokens,
+            notice_tokens=self.notice_tokens, normalized=request.normalized,
         )
 
     def _landing(self, call: _Call, shown: _Shown, selection: Selection) -> set[str]:

@@ -42,10 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from context_paging.paging.messages import pi_stop_reason as _stop
+
 Format = Literal["anthropic", "openai", "responses", "pi"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai", "responses", "pi")
-_INTERRUPTED = {"aborted": "aborted", "error": "error", "cancelled": "aborted",
-                "canceled": "aborted", "interrupted": "aborted"}
 
 
 class FormatError(ValueError):
@@ -128,14 +128,6 @@ def to_views(messages: Sequence[dict[str, Any]], fmt: Format) -> Views:
         views.extend(produced)
         parts.append(len(produced))
     return Views(fmt, tuple(resident), tuple(views), tuple(parts))
-
-
-def _stop(message: dict[str, Any], has_calls: bool) -> str:
-    for key in ("stop_reason", "finish_reason", "stopReason", "status"):
-        value = message.get(key)
-        if isinstance(value, str) and value in _INTERRUPTED:
-            return _INTERRUPTED[value]
-    return "toolUse" if has_calls else "stop"
 
 
 def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:

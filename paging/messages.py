@@ -18,11 +18,12 @@ Message = Mapping[str, Any]
 # Every stop reason a host API or an agent writes, by what it means: ``stop``, ``tool_use``,
 # ``length``, ``aborted`` or ``error``. Anthropic (``end_turn``, ``tool_use``, ``max_tokens``),
 # OpenAI chat (``stop``, ``tool_calls``, ``length``), Responses statuses and Pi's own
-# ``stopReason`` (``toolUse``, ``stop``, ``length``, ``aborted``, ``error``) all read here.
+# ``stopReason`` (``toolUse``, ``stop``, ``length``, ``aborted``, ``error``) and Claude Code's
+# session files all read here.
 STOP_REASONS: dict[str, str] = {
-    "end_turn": "stop", "stop": "stop",
+    "end_turn": "stop", "stop": "stop", "stop_sequence": "stop", "refusal": "stop",
     "tool_use": "tool_use", "toolUse": "tool_use", "tool_calls": "tool_use",
-    "max_tokens": "length", "length": "length",
+    "max_tokens": "length", "length": "length", "model_context_window_exceeded": "length",
     "aborted": "aborted", "cancelled": "aborted", "canceled": "aborted",
     "interrupted": "aborted",
     "error": "error",

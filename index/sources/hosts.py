@@ -28,10 +28,7 @@ from context_paging.paging.formats import (
     responses_call,
     responses_role,
 )
-
-_STOPS = {"end_turn": "stop", "stop": "stop", "tool_use": "tool_use", "tool_calls": "tool_use",
-          "max_tokens": "length", "length": "length", "aborted": "aborted", "error": "error",
-          "cancelled": "aborted", "interrupted": "aborted"}
+from context_paging.paging.messages import stop_reason
 
 
 def host_messages(
@@ -79,11 +76,7 @@ def _content_blocks(content: Any, role: str | None = None) -> tuple[Block, ...]:
 
 
 def _stop(message: dict[str, Any], has_calls: bool) -> str:
-    for key in ("stop_reason", "finish_reason", "stopReason", "status"):
-        value = message.get(key)
-        if isinstance(value, str) and value in _STOPS:
-            return _STOPS[value]
-    return "tool_use" if has_calls else "stop"
+    return stop_reason(message) or ("tool_use" if has_calls else "stop")
 
 
 def _anthropic(message: dict, message_id: str, names: dict[str, str], ts: str) -> list[Message]:
