@@ -25,11 +25,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from context_paging.index.jsonl import Issue
 from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+from context_paging.index.sources.pi import agent_message
+from context_paging.paging.formats import FormatError, to_views
+from context_paging.paging.messages import stop_reason
 
 RECOVERY_TOOLS = frozenset(
     {
@@ -276,3 +279,98 @@ def search_text(item: HistoryItem) -> str:
             parts.append(path)
             parts.extend(segment for segment in re.split(r"[/\\]", path) if segment)
     return "\n".join(part for part in parts if part)
+
+
+# --- messages a host sent through select_context (the ledger) --------------------------------------
+
+
+def stored_messages(message: dict[str, Any], fmt: str, message_id: str, names: dict[str, str],
+                    timestamp: str = "") -> list[Message]:
+    """One stored host message as history Messages, read through the window's own views
+    (``paging.formats.to_views``): the ledger's history and the window see the same message.
+
+    Ids derive from the ledger id: an Anthropic user message carrying tool results becomes one
+    ``tool_result`` Message per result (``<id>.r<k>``), then its text, if any, under its own id.
+    System and developer messages are resident input, not history. A Responses item is one
+    Message; :func:`join_turns` merges each run of model items into one model turn. Pi messages
+    are read as the Pi session source reads them. ``names`` maps call ids to tool names across
+    messages, for results that do not name their tool."""
+    if fmt == "pi":
+        converted = agent_message(message_id, message, names, timestamp)
+        return [converted] if converted is not None else []
+    try:
+        views = to_views([message], fmt, resident=False)  # type: ignore[arg-type]
+    except FormatError:
+        return []  # never stored: the request that carried it was read with the same views
+    out: list[Message] = []
+    for view in views.views:
+        body = view.message
+        role = body.get("role")
+        if role == "assistant":
+            blocks = _view_blocks(body.get("content"), names)
+            calls = any(isinstance(b, ToolCall) for b in blocks)
+            # Responses items carry no stop reason of their own; other hosts' is read through
+            # the one table (``paging.messages``), which keeps ``length`` and the like.
+            stop = None if fmt == "responses" else stop_reason(message)
+            out.append(Message("assistant", message_id, timestamp, blocks,
+                               stop_reason=stop or ("tool_use" if calls else "stop"),
+                               model=None if fmt == "responses" else message.get("model")))
+        elif role == "toolResult":
+            call_id = str(body.get("toolCallId", ""))
+            out.append(Message(
+                "tool_result", f"{message_id}.r{view.part}" if fmt == "anthropic" else message_id,
+                timestamp, _text_or_empty(message, fmt, "output") or _view_blocks(
+                    body.get("content"), names), tool_call_id=call_id,
+                tool_name=names.get(call_id), is_error=body.get("isError") is True))
+        elif role == "user":
+            out.append(Message("user", message_id, timestamp, _text_or_empty(
+                message, fmt, "content") or _view_blocks(body.get("content"), names)))
+    return out
+
+
+def _text_or_empty(message: dict[str, Any], fmt: str, key: str) -> tuple[Block, ...]:
+    """A Responses item's empty string content or output: one empty text, as the item holds
+    (the view has no block for it)."""
+    if fmt == "responses" and message.get(key) == "":
+        return (TextBlock(""),)
+    return ()
+
+
+def _view_blocks(content: Any, names: dict[str, str]) -> tuple[Block, ...]:
+    """A view's blocks as history blocks: text, images (with their link), tool calls (their
+    names remembered for later results); thinking and every other part hidden."""
+    blocks: list[Block] = []
+    for block in content if isinstance(content, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            blocks.append(TextBlock(block["text"]))
+        elif kind == "image" and "data" in block:
+            url = block.get("url")
+            blocks.append(ImageBlock("" if url else str(block.get("mimeType", "")),
+                                     str(block.get("data", "")), url))
+        elif kind == "toolCall" and isinstance(block.get("id"), str):
+            name = str(block.get("name", ""))
+            names[block["id"]] = name
+            blocks.append(ToolCall(block["id"], name, block.get("arguments")))
+        elif kind in ("thinking", "redacted_thinking"):
+            blocks.append(HiddenBlock(kind))
+        else:
+            blocks.append(HiddenBlock("unknown"))
+    return tuple(blocks)
+
+
+def join_turns(messages: list[Message], joinable: set[str]) -> list[Message]:
+    """Merge each run of consecutive assistant Messages whose ids are ``joinable`` (Responses
+    items) into one, under the first id: one model response, one model turn with its calls
+    (the runs ``paging.formats.responses_runs`` makes one view)."""
+    out: list[Message] = []
+    for message in messages:
+        previous = out[-1] if out else None
+        if (previous is not None and message.role == "assistant" and previous.role == "assistant"
+                and message.id in joinable and previous.id in joinable):
+            has_calls = bool(previous.tool_calls or message.tool_calls)
+            out[-1] = replace(previous, content=previous.content + message.content,
+                              stop_reason="tool_use" if has_calls else message.stop_reason)
+            continue
+        out.append(message)
+    return out

@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.canonical import canonical
-from context_paging.index.history import HistoryItem, project
+from context_paging.index.history import HistoryItem, join_turns, project, stored_messages
 from context_paging.index.jsonl import FileCursor, Issue, file_identity, open_inside
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
-from context_paging.index.sources.hosts import host_messages, join_turns
 from context_paging.paging.distill import Decision
 
 log = logging.getLogger("context_paging")
@@ -282,7 +281,7 @@ class LedgerSession:
             if converted is None:
                 record = self.records[message_id]
                 body = record.get("message")
-                converted = host_messages(
+                converted = stored_messages(
                     body, str(record.get("format", "pi")), message_id, names,
                     str(record.get("ts", "")),
                 ) if isinstance(body, dict) else []

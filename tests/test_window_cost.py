@@ -366,7 +366,7 @@ def test_a_state_value_with_a_field_it_cannot_read_costs_only_that_field(tmp_pat
 
 
 def test_every_reader_of_stop_reasons_uses_the_one_table():
-    from context_paging.index.sources.hosts import host_messages
+    from context_paging.index.history import stored_messages
     from context_paging.paging.formats import to_views
     from context_paging.paging.messages import STOP_REASONS, pi_stop_reason, stop_reason
 
@@ -380,6 +380,41 @@ def test_every_reader_of_stop_reasons_uses_the_one_table():
         view = to_views([message], "openai").views[0].message
         assert view["stopReason"] == pi_stop_reason(message, False)
         assert (view["stopReason"] in ("aborted", "error")) == (meaning in ("aborted", "error"))
-        history = host_messages(message, "openai", "m1", {})[0]
+        history = stored_messages(message, "openai", "m1", {})[0]
         assert history.stop_reason == meaning
         assert history.interrupted == (meaning in ("aborted", "error"))
+
+
+def test_the_ledgers_history_is_read_through_the_windows_views():
+    """One converter: a stored host message becomes history Messages through
+    ``paging.formats.to_views``, keeping what the history shows (image links, ids of split
+    Anthropic messages, stop reasons, the model)."""
+    from context_paging.index.history import stored_messages
+    from context_paging.index.model import ImageBlock, TextBlock
+    from context_paging.paging.estimate import chars4_tokens
+    from context_paging.paging.formats import to_views
+
+    linked = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "is_error": True,
+         "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]},
+        {"type": "text", "text": "and now?"}]}
+    names = {"t1": "shot"}
+    result, request = stored_messages(linked, "anthropic", "m9", names, "ts")
+    assert (result.id, result.role, result.tool_name, result.is_error) == (
+        "m9.r0", "tool_result", "shot", True)
+    assert result.content == (ImageBlock("", "", "https://x/a.png"),)
+    assert (request.id, request.content) == ("m9", (TextBlock("and now?"),))
+    # the link rides in the view for the history only: the estimate does not see it
+    view = to_views([linked], "anthropic").views[0].message
+    assert view["content"][0]["url"] == "https://x/a.png"
+    assert chars4_tokens(view) == chars4_tokens(
+        {**view, "content": [{k: v for k, v in view["content"][0].items() if k != "url"}]})
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "cut"}],
+              "stop_reason": "max_tokens", "model": "claude-x"}
+    (turn,) = stored_messages(answer, "anthropic", "m10", {}, "ts")
+    assert (turn.stop_reason, turn.model) == ("length", "claude-x")
+    # a system message is resident input, wherever it stands; an empty output stays one text
+    assert stored_messages({"role": "system", "content": "rules"}, "openai", "m11", {}) == []
+    (output,) = stored_messages({"type": "function_call_output", "call_id": "c", "output": ""},
+                                "responses", "m12", {"c": "shell"})
+    assert output.content == (TextBlock(""),) and output.tool_name == "shell"
