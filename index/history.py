@@ -281,7 +281,7 @@ def search_text(item: HistoryItem) -> str:
     return "\n".join(part for part in parts if part)
 
 
-# --- messages a host sent through select_context (the ledger) --------------------------------------
+# --- messages a host sent through select_context (the ledger) ----------------------------------
 
 
 def stored_messages(message: dict[str, Any], fmt: str, message_id: str, names: dict[str, str],

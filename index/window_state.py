@@ -73,8 +73,10 @@ class SessionState:
                 cut = None  # a cut this version cannot read: the cut point starts over
         latest = value.get("latest")
         usage = value.get("usage_by_response")
+        pair = (settings[0], settings[1]) if isinstance(settings, list | tuple) and len(
+            settings) == 2 else None
         return cls(
-            settings=tuple(settings) if isinstance(settings, list | tuple) else None,  # type: ignore[arg-type]
+            settings=pair,
             cut=cut,
             anchor_value=value.get("anchor") if isinstance(value.get("anchor"), dict) else None,
             latest=Latest(latest.get("estimated_tokens"), latest.get("budget_tokens"),

@@ -101,7 +101,8 @@ def test_an_uncounted_message_never_reaches_the_window(tmp_path):
     reply = fast.select("s", messages, fmt="pi")
     assert reply == full.select("s", messages, fmt="pi")
     assert reply["mode"] == "paged"
-    assert len(fast.estimates.cache) < len(full.estimates.cache) / 2  # most of history left uncounted
+    # most of history left uncounted
+    assert len(fast.estimates.cache) < len(full.estimates.cache) / 2
 
 
 def test_after_id_with_the_new_messages_answers_as_the_whole_conversation(tmp_path):
@@ -258,7 +259,7 @@ def test_a_window_that_reaches_unjudged_outputs_gets_the_full_pass(tmp_path):
     assert len(removed) == 56 and removed == full.ledger.session("s").decisions
 
 
-# --- issue 12 items 1–2: one request value, the window as named steps, the state as a value ------
+# --- issue 12 items 1–2: one request value, the window as named steps, the state as a value
 
 
 def test_a_request_is_read_into_one_frozen_value():
