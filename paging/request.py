@@ -28,7 +28,7 @@ from context_paging.paging.formats import (
     detect_format,
     to_views,
 )
-from context_paging.paging.messages import INTERRUPTED, tool_call_ids
+from context_paging.paging.messages import INTERRUPTED, tool_call_blocks, tool_call_ids
 from context_paging.paging.units import Normalized, normalize
 
 Prints = Callable[[Collection[int]], Sequence[str | None]]
@@ -98,9 +98,8 @@ class Request:
             role = self.roles[index]
             history_id = self.ids[view.source]
             if role == "assistant" and history_id:
-                for block in message.get("content") or ():
-                    if isinstance(block, dict) and block.get("type") == "toolCall":
-                        calls[str(block.get("id"))] = (history_id, str(block.get("name")))
+                for block in tool_call_blocks(message):
+                    calls[block["id"]] = (history_id, block["name"])
             elif role == "toolResult":
                 call = calls.get(str(message.get("toolCallId")))
                 if call:
