@@ -11,7 +11,7 @@ One call (DESIGN.md "Host-facing tools") reads its request once (``paging.reques
    where the window can reach (``index.window_estimate``);
 4. **calibrate** — the host's ``usage`` for the latest response corrects them
    (``paging.calibrate``);
-5. **select** — the pure selector (``paging.select``) with the ledger answering its history
+5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger answering its history
    questions and the session's remembered cut; recounted in full if the window reached an
    uncounted view, and once more if held edits land;
 6. **render** — the window in the host's own format, the notice where that API accepts it;
@@ -145,6 +145,17 @@ class _Shown:
     dropped: frozenset[int]
 
 
+@dataclass(frozen=True)
+class _Chosen:
+    """The selected window (None before the select step) and the figures it was chosen on."""
+
+    selection: Selection | None
+    shown: _Shown
+    estimates: list[float]
+    lazy: set[int]  # views left uncounted
+    calibration: Calibration | None
+
+
 class ContextService:
     def __init__(self, ledger: Ledger, settings: ContextSettings,
                  count_text: Callable[[str], int] | None) -> None:
@@ -194,6 +205,8 @@ class ContextService:
                 token_budget: int | None = None, trim_to_tokens: int | None = None,
                 usage: dict[str, Any] | None = None, ephemeral: Sequence[int] = (),
                 judge: Judge | None = None, after_id: str | None = None) -> dict[str, Any]:
+        """Read the request once, then: record, distill, estimate, calibrate, select, render,
+        remember (the module docstring says what each decides)."""
         # A malformed request (a result that answers no call, …) is refused before anything is
         # stored, so no tool ever sees its messages (specs/paging.md §1.5).
         request = self.read(session, messages, fmt, ephemeral, after_id, self.settings.enabled)
@@ -204,11 +217,10 @@ class ContextService:
                           trim_to_tokens, usage, judge)
         shown = self.distill(call)
         estimates, lazy = self.estimate(call, shown)
-        calibration = self.calibrated(call, shown, estimates)
-        selection, shown, estimates, lazy, calibration = self.choose(
-            call, shown, estimates, lazy, calibration)
-        reply = self.render(call, shown, selection)
-        self.remember(call, shown, selection, estimates, lazy, calibration, reply)
+        calibration = self.calibrate(call, shown, estimates)
+        chosen = self.select_window(call, _Chosen(None, shown, estimates, lazy, calibration))
+        reply = self.render(call, chosen)
+        self.remember(call, chosen, reply)
         return reply
 
     def record(self, session: str, request: Request) -> LedgerSession:
@@ -239,13 +251,12 @@ class ContextService:
                      judge or LocalJudge(), provider_of(model), state.cut_for(settings),
                      state.sent_for(settings))
 
-    def distill(self, call: _Call, reach: float | None | bool = True) -> _Shown:
+    def distill(self, call: _Call, full: bool = False) -> _Shown:
         """Which views this window sends replaced: the pass's decisions (judging only outputs
-        within twice the reach unless ``reach`` is None), minus the edits of messages the last
-        window sent, which are held until they land (index/landing.py)."""
+        within twice the reach, every output when ``full``), minus the edits of messages the
+        last window sent, which are held until they land (index/landing.py)."""
         everything, new, deferred = self.distiller.run(
-            call.ledger, call.request, call.judge, call.provider,
-            call.reach if reach is True else reach)
+            call.ledger, call.request, call.judge, call.provider, None if full else call.reach)
         held = held_targets(everything, _keys(call.request, everything), call.previous)
         distilled = without(call.request, [*call.ledger.decisions, *new],
                             held) if held else everything
@@ -260,22 +271,25 @@ class ContextService:
             return self.estimates.views(call.request, shown.distilled)
         return self.estimates.views(call.request, shown.distilled, call.reach, shown.deferred)
 
-    def calibrated(self, call: _Call, shown: _Shown,
-                   estimates: list[float]) -> Calibration | None:
+    def calibrate(self, call: _Call, shown: _Shown,
+                  estimates: list[float]) -> Calibration | None:
         """The estimates corrected by the host's usage of the latest response, against what
         the last window sent (None without usage or a matching anchor)."""
-        return calibrate(call.state.anchor_for(call.settings), _keys(call.request, shown.distilled),
-                         estimates, list(call.request.roles), list(call.request.interrupted),
+        return calibrate(call.state.anchor_for(call.settings),
+                         _keys(call.request, shown.distilled), estimates,
+                         list(call.request.roles), list(call.request.interrupted),
                          call.resident, call.usage)
 
-    def choose(self, call: _Call, shown: _Shown, estimates: list[float], lazy: set[int],
-               calibration: Calibration | None) -> tuple[Any, ...]:
-        """The window. Uncounted views carry 0, never more than their real estimate, and the
-        selector only compares sums of estimates against limits (no calibration here: it needs
-        usage, and with usage everything is counted). So any comparison that fails on these
-        figures fails on the exact ones too. If the window kept an uncounted view, or the
-        selector raised (its message prints a sum), everything is counted (and judged) and
-        the window chosen again. Held edits that land are then sent in one re-write."""
+    def select_window(self, call: _Call, first: _Chosen) -> _Chosen:
+        """The window (the "select" step). Uncounted views carry 0, never more than their real
+        estimate, and the selector only compares sums of estimates against limits (no
+        calibration here: it needs usage, and with usage everything is counted). So any
+        comparison that fails on these figures fails on the exact ones too. If the window kept
+        an uncounted view, or the selector raised (its message prints a sum), everything is
+        counted (and judged) and the window chosen again. Held edits that land are then sent
+        in one re-write."""
+        shown, estimates, lazy, calibration = (first.shown, first.estimates, first.lazy,
+                                               first.calibration)
         try:
             selection: Selection | None = self._selector(call, shown, estimates, calibration)
         except ContextSelectionError:
@@ -284,7 +298,7 @@ class ContextService:
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
             if shown.deferred:  # judge the outputs left unjudged too: the full pass
-                shown = self.distill(call, None)
+                shown = self.distill(call, full=True)
             estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
             selection = self._selector(call, shown, estimates, calibration)
         assert selection is not None
@@ -296,7 +310,7 @@ class ContextService:
                 i for i, d in distilled.items() if d.message is None))
             held_estimates = estimates
             estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
-            calibration = self.calibrated(call, shown, estimates)
+            calibration = self.calibrate(call, shown, estimates)
             cut = selection
             selection = self._selector(call, shown, estimates, calibration)
             if (cut.cut_state != call.cut_state and selection.cut_state == call.cut_state
@@ -306,7 +320,7 @@ class ContextService:
                 # let the edits ride on it (the same views, sent edited).
                 saved = sum(held_estimates[i] - estimates[i] for i in cut.indexes)
                 selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
-        return selection, shown, estimates, lazy, calibration
+        return _Chosen(selection, shown, estimates, lazy, calibration)
 
     def _selector(self, call: _Call, shown: _Shown, estimates: list[float],
                   calibration: Calibration | None) -> Selection:
@@ -338,10 +352,12 @@ class ContextService:
         return to_land(shown.held, shown.everything, _keys(call.request, shown.everything),
                        current, call.previous, call.state.sent_tokens(), prices, later)
 
-    def render(self, call: _Call, shown: _Shown, selection: Selection) -> dict[str, Any]:
+    def render(self, call: _Call, chosen: _Chosen) -> dict[str, Any]:
         """The reply: the window in the host's format (kept views, replaced content, the
         notice; omitted exchanges' stubs merged), its figures and the decisions it shows."""
-        request, distilled = call.request, shown.distilled
+        request, shown, selection = call.request, chosen.shown, chosen.selection
+        assert selection is not None
+        distilled = shown.distilled
         recovery = selection.replacements or {}
         kept = [i for i in selection.indexes if i not in shown.dropped]
         replaced = [i for i in kept if i in distilled and i not in recovery]
@@ -363,14 +379,15 @@ class ContextService:
             "last_message_id": call.ledger.head,
         }
 
-    def remember(self, call: _Call, shown: _Shown, selection: Selection, estimates: list[float],
-                 lazy: set[int], calibration: Calibration | None, reply: dict[str, Any]) -> None:
+    def remember(self, call: _Call, chosen: _Chosen, reply: dict[str, Any]) -> None:
         """Store the call's new decisions, save the session's state for the next call (what
         was sent, the cut, usage, pace), keep the reply's figures, and spend spare time counting
         uncounted views ahead."""
+        request, state, shown, selection = call.request, call.state, chosen.shown, chosen.selection
+        estimates, calibration = chosen.estimates, chosen.calibration
+        assert selection is not None
         if shown.new:
             call.ledger.append_decisions(shown.new, durable=False)
-        request, state = call.request, call.state
         keys = _keys(request, shown.distilled)
         sent = [Sent(None, self.notice_tokens(selection.notice))] if selection.notice else []
         sent += [Sent(keys[i], estimates[i]) for i in selection.indexes]
@@ -394,8 +411,8 @@ class ContextService:
             "input_messages": len(request.messages), "returned_messages": len(reply["messages"]),
             "calibrated": calibration is not None,
         }
-        if lazy:
-            self.estimates.ahead(request, shown.distilled, lazy, self.spare_seconds)
+        if chosen.lazy:
+            self.estimates.ahead(request, shown.distilled, chosen.lazy, self.spare_seconds)
 
     # --- planning for the sampling judge ----------------------------------------------------
 
