@@ -33,6 +33,8 @@ from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, 
 from context_paging.index.sources.pi import agent_message
 from context_paging.paging.formats import FormatError, to_views
 from context_paging.paging.messages import stop_reason
+from context_paging.paging.request import Request
+from context_paging.paging.select import CutKey, Frontier
 
 RECOVERY_TOOLS = frozenset(
     {
@@ -374,3 +376,48 @@ def join_turns(messages: list[Message], joinable: set[str]) -> list[Message]:
             continue
         out.append(message)
     return out
+
+
+# --- the selector's history questions, for a select_context request --------------------------
+
+
+class LedgerHistory:
+    """The selector's ``RawHistory``, answered from the ledger and the request."""
+
+    def __init__(self, request: Request, items: Sequence[HistoryItem]):
+        self.request = request
+        self.items = {item.history_id: item for item in items}
+        self.last = items[-1] if items else None
+        self._owner: dict[int, tuple[str, str, str]] | None = None  # built when first asked
+
+    def key_of(self, index: int) -> CutKey | None:
+        history_id = self.request.history_id(index)
+        role = self.request.roles[index]
+        if history_id is None or role not in ("user", "assistant"):
+            return None
+        return CutKey(history_id, self.request.first_call(index) if role == "assistant" else None)
+
+    def resolves(self, frontier: Frontier) -> bool:
+        item = self.items.get(frontier.last_evicted.history_id)
+        if item is None:
+            return False
+        call = frontier.last_evicted.tool_call_id
+        if call is not None and (item.kind != "model_turn" or item.call(call) is None):
+            return False
+        if frontier.kind == "partialTurn":
+            if item.kind != "model_turn":
+                return False
+            user = frontier.user_history_id
+            if user is not None and getattr(self.items.get(user), "kind", None) != "user":
+                return False
+        return True
+
+    def is_last_item(self, index: int) -> bool:
+        key = self.key_of(index)
+        return (key is not None and self.last is not None and self.last.kind == "model_turn"
+                and self.last.history_id == key.history_id)
+
+    def tool_reference(self, index: int) -> tuple[str, str, str] | None:
+        if self._owner is None:
+            self._owner = self.request.tool_owners()
+        return self._owner.get(index)

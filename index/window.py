@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from context_paging.index.history import HistoryItem
+from context_paging.index.history import LedgerHistory
 from context_paging.index.landing import held_targets, to_land
 from context_paging.index.ledger import Ledger, LedgerSession
 from context_paging.index.request import FingerprintMemo, expand
@@ -49,7 +49,7 @@ from context_paging.paging.distill.plan import Plan
 from context_paging.paging.formats import FORMATS, FormatError, render, to_views
 from context_paging.paging.limits import ContextSelectionError, context_limits
 from context_paging.paging.request import Request, read
-from context_paging.paging.select import CutKey, CutState, Frontier, Selection, select_context
+from context_paging.paging.select import CutState, Selection, select_context
 from context_paging.paging.stubs import merge_stubs
 
 __all__ = ["ContextService", "ContextSettings", "Distilled", "LedgerHistory", "provider_of"]
@@ -67,48 +67,6 @@ class ContextSettings:
     first_cut: float | None = 0.375
     estimator: str = "tiktoken"
     distill: DistillConfig = field(default_factory=DistillConfig)
-
-
-class LedgerHistory:
-    """The selector's ``RawHistory``, answered from the ledger and the request."""
-
-    def __init__(self, request: Request, items: Sequence[HistoryItem]):
-        self.request = request
-        self.items = {item.history_id: item for item in items}
-        self.last = items[-1] if items else None
-        self._owner: dict[int, tuple[str, str, str]] | None = None  # built when first asked
-
-    def key_of(self, index: int) -> CutKey | None:
-        history_id = self.request.history_id(index)
-        role = self.request.roles[index]
-        if history_id is None or role not in ("user", "assistant"):
-            return None
-        return CutKey(history_id, self.request.first_call(index) if role == "assistant" else None)
-
-    def resolves(self, frontier: Frontier) -> bool:
-        item = self.items.get(frontier.last_evicted.history_id)
-        if item is None:
-            return False
-        call = frontier.last_evicted.tool_call_id
-        if call is not None and (item.kind != "model_turn" or item.call(call) is None):
-            return False
-        if frontier.kind == "partialTurn":
-            if item.kind != "model_turn":
-                return False
-            user = frontier.user_history_id
-            if user is not None and getattr(self.items.get(user), "kind", None) != "user":
-                return False
-        return True
-
-    def is_last_item(self, index: int) -> bool:
-        key = self.key_of(index)
-        return (key is not None and self.last is not None and self.last.kind == "model_turn"
-                and self.last.history_id == key.history_id)
-
-    def tool_reference(self, index: int) -> tuple[str, str, str] | None:
-        if self._owner is None:
-            self._owner = self.request.tool_owners()
-        return self._owner.get(index)
 
 
 @dataclass
