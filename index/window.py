@@ -11,9 +11,10 @@ One call (DESIGN.md "Host-facing tools") reads its request once (``paging.reques
    where the window can reach (``index.window_estimate``);
 4. **calibrate** — the host's ``usage`` for the latest response corrects them
    (``paging.calibrate``);
-5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger answering its history
-   questions and the session's remembered cut; recounted in full if the window reached an
-   uncounted view, and once more if held edits land;
+5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger
+   answering its history questions (``index.history.LedgerHistory``) and the session's
+   remembered cut; recounted in full if the window reached an uncounted view, and once more if
+   held edits land;
 6. **render** — the window in the host's own format, the notice where that API accepts it;
 7. **remember** — the session's state (``index.window_state``) for the next call, in this
    process or after a restart.
