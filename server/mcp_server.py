@@ -20,7 +20,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from context_paging.index.catalog import SessionSummary
-from context_paging.index.context import ContextSettings
+from context_paging.index.window import ContextSettings
 from context_paging.index.discovery import InvalidSessionRef, SessionRefError
 from context_paging.index.ledger import LedgerError
 from context_paging.index.navigator import NavigatorError, dumps
