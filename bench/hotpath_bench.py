@@ -48,7 +48,7 @@ def _p(values: list[float], q: float) -> float:
 
 
 def library_after_id(turns: int) -> dict:
-    from context_paging.index.context import ContextService, ContextSettings
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
     from context_paging.server.tokens import text_counter
     from select_bench import _call_args, issue_floor, turn, workload
@@ -148,9 +148,9 @@ def worker(kind: str, turns: int) -> None:
     sys.path.insert(0, str(HERE))
     result = {"library": lambda: library_after_id(turns), "stdio": lambda: stdio_after_id(turns),
               "proxy": proxy_path}[kind]()
-    import context_paging.index.context as context
+    import context_paging.index as index  # in every checkout, before and after index/window.py
 
-    result["source"] = str(Path(context.__file__).resolve().parent.parent)
+    result["source"] = str(Path(index.__file__).resolve().parent.parent)
     print(json.dumps(result))
 
 

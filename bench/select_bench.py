@@ -109,7 +109,7 @@ def grown_by(messages: list[dict], extra: int) -> list[dict]:
 
 
 def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
-    from context_paging.index.context import ContextService, ContextSettings
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
     from context_paging.server.tokens import text_counter
 
@@ -158,7 +158,7 @@ def _call_args(messages: list[dict]) -> dict:
 
 
 def _fresh(settings, counter, messages, reference=False):
-    from context_paging.index.context import ContextService
+    from context_paging.index.window import ContextService
     from context_paging.index.ledger import Ledger
 
     home = Path(tempfile.mkdtemp())

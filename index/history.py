@@ -25,11 +25,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from context_paging.index.jsonl import Issue
 from context_paging.index.model import Block, HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
+from context_paging.index.sources.pi import agent_message
+from context_paging.paging.formats import FormatError, to_views
+from context_paging.paging.messages import stop_reason
+from context_paging.paging.request import Request
+from context_paging.paging.select import CutKey, Frontier
 
 RECOVERY_TOOLS = frozenset(
     {
@@ -276,3 +281,143 @@ def search_text(item: HistoryItem) -> str:
             parts.append(path)
             parts.extend(segment for segment in re.split(r"[/\\]", path) if segment)
     return "\n".join(part for part in parts if part)
+
+
+# --- messages a host sent through select_context (the ledger) ----------------------------------
+
+
+def stored_messages(message: dict[str, Any], fmt: str, message_id: str, names: dict[str, str],
+                    timestamp: str = "") -> list[Message]:
+    """One stored host message as history Messages, read through the window's own views
+    (``paging.formats.to_views``): the ledger's history and the window see the same message.
+
+    Ids derive from the ledger id: an Anthropic user message carrying tool results becomes one
+    ``tool_result`` Message per result (``<id>.r<k>``), then its text, if any, under its own id.
+    System and developer messages are resident input, not history. A Responses item is one
+    Message; :func:`join_turns` merges each run of model items into one model turn. Pi messages
+    are read as the Pi session source reads them. ``names`` maps call ids to tool names across
+    messages, for results that do not name their tool."""
+    if fmt == "pi":
+        converted = agent_message(message_id, message, names, timestamp)
+        return [converted] if converted is not None else []
+    try:
+        views = to_views([message], fmt, resident=False)  # type: ignore[arg-type]
+    except FormatError:
+        return []  # never stored: the request that carried it was read with the same views
+    out: list[Message] = []
+    for view in views.views:
+        body = view.message
+        role = body.get("role")
+        if role == "assistant":
+            blocks = _view_blocks(body.get("content"), names)
+            calls = any(isinstance(b, ToolCall) for b in blocks)
+            # Responses items carry no stop reason of their own; other hosts' is read through
+            # the one table (``paging.messages``), which keeps ``length`` and the like.
+            stop = None if fmt == "responses" else stop_reason(message)
+            out.append(Message("assistant", message_id, timestamp, blocks,
+                               stop_reason=stop or ("tool_use" if calls else "stop"),
+                               model=None if fmt == "responses" else message.get("model")))
+        elif role == "toolResult":
+            call_id = str(body.get("toolCallId", ""))
+            out.append(Message(
+                "tool_result", f"{message_id}.r{view.part}" if fmt == "anthropic" else message_id,
+                timestamp, _text_or_empty(message, fmt, "output") or _view_blocks(
+                    body.get("content"), names), tool_call_id=call_id,
+                tool_name=names.get(call_id), is_error=body.get("isError") is True))
+        elif role == "user":
+            out.append(Message("user", message_id, timestamp, _text_or_empty(
+                message, fmt, "content") or _view_blocks(body.get("content"), names)))
+    return out
+
+
+def _text_or_empty(message: dict[str, Any], fmt: str, key: str) -> tuple[Block, ...]:
+    """A Responses item's empty string content or output: one empty text, as the item holds
+    (the view has no block for it)."""
+    if fmt == "responses" and message.get(key) == "":
+        return (TextBlock(""),)
+    return ()
+
+
+def _view_blocks(content: Any, names: dict[str, str]) -> tuple[Block, ...]:
+    """A view's blocks as history blocks: text, images (with their link), tool calls (their
+    names remembered for later results); thinking and every other part hidden."""
+    blocks: list[Block] = []
+    for block in content if isinstance(content, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            blocks.append(TextBlock(block["text"]))
+        elif kind == "image" and "data" in block:
+            url = block.get("url")
+            blocks.append(ImageBlock("" if url else str(block.get("mimeType", "")),
+                                     str(block.get("data", "")), url))
+        elif kind == "toolCall" and isinstance(block.get("id"), str):
+            name = str(block.get("name", ""))
+            names[block["id"]] = name
+            blocks.append(ToolCall(block["id"], name, block.get("arguments")))
+        elif kind in ("thinking", "redacted_thinking"):
+            blocks.append(HiddenBlock(kind))
+        else:
+            blocks.append(HiddenBlock("unknown"))
+    return tuple(blocks)
+
+
+def join_turns(messages: list[Message], joinable: set[str]) -> list[Message]:
+    """Merge each run of consecutive assistant Messages whose ids are ``joinable`` (Responses
+    items) into one, under the first id: one model response, one model turn with its calls
+    (the runs ``paging.formats.responses_runs`` makes one view)."""
+    out: list[Message] = []
+    for message in messages:
+        previous = out[-1] if out else None
+        if (previous is not None and message.role == "assistant" and previous.role == "assistant"
+                and message.id in joinable and previous.id in joinable):
+            has_calls = bool(previous.tool_calls or message.tool_calls)
+            out[-1] = replace(previous, content=previous.content + message.content,
+                              stop_reason="tool_use" if has_calls else message.stop_reason)
+            continue
+        out.append(message)
+    return out
+
+
+# --- the selector's history questions, for a select_context request --------------------------
+
+
+class LedgerHistory:
+    """The selector's ``RawHistory``, answered from the ledger and the request."""
+
+    def __init__(self, request: Request, items: Sequence[HistoryItem]):
+        self.request = request
+        self.items = {item.history_id: item for item in items}
+        self.last = items[-1] if items else None
+        self._owner: dict[int, tuple[str, str, str]] | None = None  # built when first asked
+
+    def key_of(self, index: int) -> CutKey | None:
+        history_id = self.request.history_id(index)
+        role = self.request.roles[index]
+        if history_id is None or role not in ("user", "assistant"):
+            return None
+        return CutKey(history_id, self.request.first_call(index) if role == "assistant" else None)
+
+    def resolves(self, frontier: Frontier) -> bool:
+        item = self.items.get(frontier.last_evicted.history_id)
+        if item is None:
+            return False
+        call = frontier.last_evicted.tool_call_id
+        if call is not None and (item.kind != "model_turn" or item.call(call) is None):
+            return False
+        if frontier.kind == "partialTurn":
+            if item.kind != "model_turn":
+                return False
+            user = frontier.user_history_id
+            if user is not None and getattr(self.items.get(user), "kind", None) != "user":
+                return False
+        return True
+
+    def is_last_item(self, index: int) -> bool:
+        key = self.key_of(index)
+        return (key is not None and self.last is not None and self.last.kind == "model_turn"
+                and self.last.history_id == key.history_id)
+
+    def tool_reference(self, index: int) -> tuple[str, str, str] | None:
+        if self._owner is None:
+            self._owner = self.request.tool_owners()
+        return self._owner.get(index)

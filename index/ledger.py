@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.canonical import canonical
-from context_paging.index.history import HistoryItem, project
+from context_paging.index.history import HistoryItem, join_turns, project, stored_messages
 from context_paging.index.jsonl import FileCursor, Issue, file_identity, open_inside
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
-from context_paging.index.sources.hosts import host_messages, join_turns
 from context_paging.paging.distill import Decision
 
 log = logging.getLogger("context_paging")
@@ -284,7 +283,7 @@ class LedgerSession:
             if converted is None:
                 record = self.records[message_id]
                 body = record.get("message")
-                converted = host_messages(
+                converted = stored_messages(
                     body, str(record.get("format", "pi")), message_id, names,
                     str(record.get("ts", "")),
                 ) if isinstance(body, dict) else []
@@ -453,7 +452,7 @@ def _number(value: Any) -> bool:
 
 def state_problem(value: Any) -> str | None:
     """What is wrong with a loaded state value, or None. Checks every field a later call reads
-    (index.context), so a bad field cannot survive into the next save or break paging_stats."""
+    (index.window_state), so a bad field cannot survive into the next save or break paging_stats."""
     if not isinstance(value, dict):
         return f"a JSON {type(value).__name__}, not an object"
     settings = value.get("settings")

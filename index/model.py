@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from context_paging.paging.messages import INTERRUPTED
+
 Role = Literal["user", "assistant", "tool_result"]
 Source = Literal["pi", "claude", "codex", "ledger"]
 
@@ -85,8 +87,8 @@ class Usage:
         )
 
 
-# Normalized stop reasons. "aborted" and "error" mark an interrupted response.
-INTERRUPTED = frozenset({"aborted", "error"})
+# Normalized stop reasons: paging.messages.STOP_REASONS; INTERRUPTED (imported above) marks an
+# interrupted response.
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.catalog import Catalog, SessionSummary
-from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.discovery import (
     SessionFileRef,
     SessionRefError,

@@ -30,7 +30,7 @@ custom tool / shell calls). The run becomes one assistant view whose source is i
 the other items are its *followers* (no views of their own) and are rendered with it, so a
 reasoning item with encrypted content always travels with the calls it produced and parallel
 calls stay one exchange with their outputs. Reasoning is private: a thinking view, counted but
-never read. The ledger groups the same runs (``index.sources.hosts.join_turns``). Leading
+never read. The ledger groups the same runs (``index.history.join_turns``). Leading
 developer/system messages and Codex's leading set-up messages (environment, AGENTS.md) are
 resident.
 """
@@ -42,10 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from context_paging.paging.messages import pi_stop_reason as _stop
+
 Format = Literal["anthropic", "openai", "responses", "pi"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai", "responses", "pi")
-_INTERRUPTED = {"aborted": "aborted", "error": "error", "cancelled": "aborted",
-                "canceled": "aborted", "interrupted": "aborted"}
 
 
 class FormatError(ValueError):
@@ -108,36 +108,32 @@ def detect_format(messages: Sequence[Any]) -> Format:
     return votes.pop()
 
 
-def to_views(messages: Sequence[dict[str, Any]], fmt: Format) -> Views:
+def to_views(messages: Sequence[dict[str, Any]], fmt: Format, resident: bool = True) -> Views:
+    """The request's views. ``resident=False``: no message is taken as resident input (the
+    ledger's history reads stored messages one at a time, and a system message there is simply
+    not history)."""
     if fmt == "responses":
-        return _responses_views(messages)
+        return _responses_views(messages, resident)
     if fmt == "pi":
         return Views(fmt, (), tuple(View(dict(m), i) for i, m in enumerate(messages)),
                      (1,) * len(messages))
     convert = _anthropic_views if fmt == "anthropic" else _openai_views
-    resident: list[int] = []
+    leading: list[int] = []
     views: list[View] = []
     parts: list[int] = []
     names: dict[str, str] = {}
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise FormatError(f"message {index} is not an object")
-        if fmt == "openai" and message.get("role") in ("system", "developer") and not views:
-            resident.append(index)
+        if (fmt == "openai" and message.get("role") in ("system", "developer") and not views
+                and resident is not False):
+            leading.append(index)
             parts.append(0)
             continue
         produced = [View(m, index, part) for part, m in enumerate(convert(message, index, names))]
         views.extend(produced)
         parts.append(len(produced))
-    return Views(fmt, tuple(resident), tuple(views), tuple(parts))
-
-
-def _stop(message: dict[str, Any], has_calls: bool) -> str:
-    for key in ("stop_reason", "finish_reason", "stopReason", "status"):
-        value = message.get(key)
-        if isinstance(value, str) and value in _INTERRUPTED:
-            return _INTERRUPTED[value]
-    return "toolUse" if has_calls else "stop"
+    return Views(fmt, tuple(leading), tuple(views), tuple(parts))
 
 
 def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:
@@ -183,6 +179,22 @@ def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str])
     return out
 
 
+def _image_url(url: str) -> dict[str, Any]:
+    """An image given by URL: a ``data:`` URL's bytes, or the link itself (``url``)."""
+    head, _, data = url.partition(",") if url.startswith("data:") else ("", "", "")
+    return _linked({"type": "image", "data": data,
+                    "mimeType": head[5:].split(";")[0] or "image/*"},
+                   None if url.startswith("data:") else url)
+
+
+def _linked(image: dict[str, Any], url: Any) -> dict[str, Any]:
+    """An image block with the link it was given by, if any: the ledger's history shows it
+    (estimates and decisions read only ``data``)."""
+    if isinstance(url, str) and url:
+        image["url"] = url
+    return image
+
+
 def _pi_block(block: Any) -> dict[str, Any]:
     if not isinstance(block, dict):
         return {"type": "text", "text": str(block)}
@@ -193,13 +205,13 @@ def _pi_block(block: Any) -> dict[str, Any]:
         return {"type": "text", "text": block.get("text", "")}
     if kind == "image":
         source = block.get("source") if isinstance(block.get("source"), dict) else {}
-        return {"type": "image", "data": str(source.get("data", "") or ""),
-                "mimeType": str(source.get("media_type", "image/*"))}
+        return _linked({"type": "image", "data": str(source.get("data", "") or ""),
+                        "mimeType": str(source.get("media_type", "image/*"))},
+                       source.get("url"))
     if kind == "image_url":
         url = block.get("image_url")
         url = url.get("url", "") if isinstance(url, dict) else str(url or "")
-        head, _, data = url.partition(",") if url.startswith("data:") else ("", "", "")
-        return {"type": "image", "data": data, "mimeType": head[5:].split(";")[0] or "image/*"}
+        return _image_url(url)
     return {"type": "text", "text": public_json(block)}
 
 
@@ -472,10 +484,7 @@ def _responses_text(value: Any) -> list[dict[str, Any]]:
         if kind in ("input_text", "output_text", "text") and isinstance(block.get("text"), str):
             blocks.append({"type": "text", "text": block["text"]})
         elif kind == "input_image":
-            url = str(block.get("image_url") or "")
-            head, _, data = url.partition(",") if url.startswith("data:") else ("", "", "")
-            blocks.append({"type": "image", "data": data,
-                           "mimeType": head[5:].split(";")[0] or "image/*"})
+            blocks.append(_image_url(str(block.get("image_url") or "")))
         elif isinstance(block, dict) and is_private_part(block):
             blocks.append(_private(block))
         else:
@@ -486,7 +495,7 @@ def _responses_text(value: Any) -> list[dict[str, Any]]:
 def responses_call(item: dict[str, Any]) -> tuple[str, Any] | None:
     """The tool name and arguments of a Responses call item (``function_call`` arguments are a
     JSON string, parsed when they parse; custom and shell calls carry theirs as they are), or
-    None for any other item. The ledger's history (index/sources/hosts.py) reads calls here too."""
+    None for any other item."""
     kind = item.get("type")
     if kind not in _RESPONSES_CALLS:
         return None
@@ -512,7 +521,7 @@ def _model_block(item: dict[str, Any], names: dict[str, str]) -> list[dict[str, 
     return [_private(item)]  # reasoning, compaction, server-side calls: counted, never read
 
 
-def _responses_views(items: Sequence[dict[str, Any]]) -> Views:
+def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True) -> Views:
     runs = {run[0]: run for run in responses_runs(items)}
     in_run = {i for run in runs.values() for i in run}
     resident: list[int] = []
@@ -533,7 +542,7 @@ def _responses_views(items: Sequence[dict[str, Any]]) -> Views:
                 followers[index] = tuple(run[1:])
         elif index in in_run:
             continue  # rendered with its run's first item
-        elif not views and (role == "system" or is_agent_context(item)):
+        elif leading and not views and (role == "system" or is_agent_context(item)):
             resident.append(index)
         elif role == "output":
             call_id = item.get("call_id")

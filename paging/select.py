@@ -67,6 +67,7 @@ from context_paging.paging.units import (
     CutKey,
     CutState,
     Frontier,
+    Normalized,
     RawHistory,
     Unit,
     View,
@@ -175,6 +176,7 @@ def select_context(
     raw: RawHistory | None = None,
     cut_state: CutState | None = None,
     notice_tokens: Callable[[str], float],
+    normalized: Normalized | None = None,
 ) -> Selection:
     """Select the window for one outgoing request (§5); raises ``ContextSelectionError``.
 
@@ -184,7 +186,8 @@ def select_context(
     ``notice_tokens(text)`` is the non-negative cost of a notice or recovery replacement;
     ``cut_state`` is the previous selection's, passed back unchanged; ``first_cut`` (a
     fraction of the budget; None: upstream's rule) is where a cut lands when no frontier is
-    remembered, see ``first_cut_target``.
+    remembered, see ``first_cut_target``. ``normalized``: ``paging.units.normalize`` of these
+    messages when the caller has it already (content edits do not change it).
     """
     limits = context_limits(token_budget, trim_to_tokens, model_window)
     first_target = first_cut_target(limits, first_cut)
@@ -202,7 +205,7 @@ def select_context(
         outgoing_only = [False] * len(messages)
     selector = _Selector(
         messages, costs, list(outgoing_only), limits, resident_tokens, measured, raw,
-        notice_tokens, first_target,
+        notice_tokens, first_target, normalized,
     )
     return selector.select(cut_state)
 
@@ -221,13 +224,14 @@ class _Selector:
         raw: RawHistory | None,
         notice_tokens: Callable[[str], float],
         first_target: float | None = None,
+        normalized: Normalized | None = None,
     ) -> None:
         self.messages, self.costs, self.outgoing = messages, costs, outgoing
         self.first_target = limits.target_tokens if first_target is None else first_target
         self.limits, self.resident, self.raw = limits, resident, raw
         self.budget = limits.budget_tokens
         self._notice_tokens, self._notice_costs, self._notices = notice_tokens, {}, {}
-        normalized = normalize(messages)
+        normalized = normalize(messages) if normalized is None else normalized
         self.groups = group(messages, normalized.atoms, outgoing)
         self.dropped = normalized.dropped
         self.normalized = tuple(i for atom in normalized.atoms for i in atom)

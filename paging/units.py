@@ -34,34 +34,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from context_paging.paging.limits import ContextSelectionError
+from context_paging.paging.messages import (  # the one set of Pi-message helpers
+    is_interrupted,
+    role_of,
+    tool_call_ids,
+)
 
 Atom = tuple[int, ...]
 FrontierKind = Literal["prefix", "completedTurn", "partialTurn"]
-INTERRUPTED = frozenset({"aborted", "error"})
 REQUEST_ROLES = frozenset({"user", "custom"})
-
-
-def role_of(message: Mapping[str, Any]) -> Any:
-    return message.get("role")
-
-
-def tool_call_ids(message: Mapping[str, Any]) -> list[str]:
-    """Ids of an assistant's tool calls: blocks with type toolCall and string id and name."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [
-        block["id"]
-        for block in content
-        if isinstance(block, Mapping)
-        and block.get("type") == "toolCall"
-        and isinstance(block.get("id"), str)
-        and isinstance(block.get("name"), str)
-    ]
-
-
-def is_interrupted(message: Mapping[str, Any]) -> bool:
-    return role_of(message) == "assistant" and message.get("stopReason") in INTERRUPTED
 
 
 def _structure_error(message: str) -> ContextSelectionError:

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from context_paging.index.context import ContextSettings
+from context_paging.index.window import ContextSettings
 from context_paging.index.service import History
 from context_paging.server.tokens import text_counter
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from context_paging.index.context import ContextSettings
+from context_paging.index.window import ContextSettings
 from context_paging.index.history import block_text
 from context_paging.index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.service import History

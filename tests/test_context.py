@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger, LedgerError, chain_ids, fingerprint
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.formats import FormatError, detect_format

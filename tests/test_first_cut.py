@@ -13,7 +13,7 @@ from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_
 from context_paging.paging.replay_cost import Prices, common_prefix, sent_after, totals
 from context_paging.paging.select import ContextSelectionError, select_context
 
-from tests.test_select import TOOLS, FakeRaw, call, result, tool_assistant, user, window
+from tests.builders import TOOLS, FakeRaw, call, result, tool_assistant, user, window
 
 BUDGET = 24_000
 
@@ -114,7 +114,7 @@ def test_an_invalid_first_cut_fraction_is_a_trim_target_error(bad):
     assert caught.value.code == "INVALID_TRIM_TARGET"
 
 
-# -- the server's default (index/context.py ContextSettings.first_cut) -------------------------
+# -- the server's default (index/window.py ContextSettings.first_cut) -------------------------
 
 
 def _anthropic_conversation(turns: int) -> list[dict]:
@@ -134,7 +134,7 @@ def _anthropic_conversation(turns: int) -> list[dict]:
 
 def _first_cut_reply(tmp_path, **settings) -> dict:
     """The reply to the first request of a growing session that crosses a 6,000 budget."""
-    from context_paging.index.context import ContextSettings
+    from context_paging.index.window import ContextSettings
     from context_paging.index.service import History
     from context_paging.paging.distill import DistillConfig
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from bench.fixture_eval import (
-    ExchangeLabels,
-    evaluate,
-    label_session,
-    output_kind,
-    session_entries,
-)
+from bench.fixture_eval import ExchangeLabels, evaluate, label_session, output_kind, session_entries
+from tests.builders import assistant_entry as assistant
+from tests.builders import result_entry as result
+from tests.builders import user_entry as user
 from tests.conftest import fixture, recorded
-from tests.test_distill import assistant, result, user
 
 FILLER = "\n".join(f"# filler {n}" for n in range(40))  # no distinctive piece: never used
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from context_paging.index.canonical import canonical, plain
-from context_paging.index.context import ContextService, ContextSettings
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.index.request import FingerprintMemo, same
 from context_paging.paging.limits import ContextSelectionError
@@ -101,7 +101,8 @@ def test_an_uncounted_message_never_reaches_the_window(tmp_path):
     reply = fast.select("s", messages, fmt="pi")
     assert reply == full.select("s", messages, fmt="pi")
     assert reply["mode"] == "paged"
-    assert len(fast._estimates) < len(full._estimates) / 2  # most of history left uncounted
+    # most of history left uncounted
+    assert len(fast.estimates.cache) < len(full.estimates.cache) / 2
 
 
 def test_after_id_with_the_new_messages_answers_as_the_whole_conversation(tmp_path):
@@ -249,10 +250,172 @@ def test_a_window_that_reaches_unjudged_outputs_gets_the_full_pass(tmp_path):
 
     fast, full = sparse(tmp_path / "a", False), sparse(tmp_path / "b", True)
     passes = []
-    original = fast._distill
-    fast._distill = lambda *a: passes.append(a[-1]) or original(*a)
+    original = fast.distiller.run
+    fast.distiller.run = lambda *a: passes.append(a[-1]) or original(*a)
     assert outcome(fast, messages=messages, fmt="pi") == outcome(full, messages=messages,
                                                                  fmt="pi")
     assert passes == [10_000, None]  # the reach pass, then the full one
     removed = [d for d in fast.ledger.session("s").decisions if d.action == "remove"]
     assert len(removed) == 56 and removed == full.ledger.session("s").decisions
+
+
+# --- issue 12 items 1–2: one request value, the window as named steps, the state as a value
+
+
+def test_a_request_is_read_into_one_frozen_value():
+    import dataclasses
+
+    from context_paging.index.ledger import fingerprint
+    from context_paging.paging.request import chain_ids, read
+
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "user", "content": "reminder: outgoing only"},
+    ]
+    asked = []
+
+    def prints(skip):
+        asked.append(set(skip))
+        return [None if i in skip else fingerprint(m) for i, m in enumerate(messages)]
+
+    request = read(messages, "auto", [4], prints, validate=True)
+    assert asked == [{0, 4}]  # the resident system message and the ephemeral one
+    assert request.format == "openai" and request.views.resident == (0,)
+    assert request.ids == tuple(chain_ids(request.fingerprints))
+    assert request.ids[0] is None and request.ids[4] is None
+    assert request.outgoing == (False, False, False, True)
+    assert request.keys == (f"{request.ids[1]}#0", f"{request.ids[2]}#0",
+                            f"{request.ids[3]}#0", None)
+    assert [hid for hid, _ in request.entries] == [request.ids[1], request.ids[2], request.ids[3]]
+    assert request.positions == (0, 1, 2)
+    assert request.roles == ("user", "assistant", "toolResult", "user")
+    assert request.newest_assistant() == request.ids[2]
+    assert request.tool_owners() == {2: (request.ids[2], "c1", "ls")}
+    assert request.normalized is not None and request.normalized.atoms
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.ids = ()  # type: ignore[misc]
+
+
+def test_one_select_call_converts_and_validates_its_request_once(tmp_path, monkeypatch):
+    import context_paging.paging.request as request_module
+    import context_paging.paging.select as select_module
+
+    counts = {"to_views": 0, "normalize": 0}
+
+    def counted(name, original):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return original(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(request_module, "to_views", counted("to_views", request_module.to_views))
+    monkeypatch.setattr(request_module, "normalize",
+                        counted("normalize", request_module.normalize))
+    monkeypatch.setattr(select_module, "normalize", counted("normalize", select_module.normalize))
+    svc = service(tmp_path, False, 400)
+    messages = conversation([60] * 8, [True] * 8) + [{"role": "user", "content": "next"}]
+    reply = svc.select("s", messages, fmt="pi")
+    assert reply["mode"] == "paged"
+    assert counts == {"to_views": 1, "normalize": 1}
+    svc.plan("s", messages, fmt="pi")  # the sampling judge's planning reads the same way
+    assert counts["to_views"] == 2
+
+
+def test_the_session_state_is_a_typed_value_that_round_trips_the_state_file(tmp_path):
+    from context_paging.index.window_state import SessionState
+
+    svc = service(tmp_path, False, 400)
+    messages = conversation([60] * 8, [True] * 8)
+    svc.select("s", messages, fmt="pi", model="a/b", usage=None)
+    svc.select("s", messages + [{"role": "user", "content": "next"}], fmt="pi", model="a/b",
+               usage={"input_tokens": 900, "cache_read_tokens": 10, "cache_write_tokens": 5})
+    saved = svc.ledger.load_state("s")
+    state = SessionState.from_dict(saved)
+    assert state.to_dict() == saved
+    assert json.dumps(state.to_dict()) == json.dumps(saved)  # the same keys, in the same order
+    assert state.requests == 2 and state.settings == ("a/b", None)
+    assert state.cut_for(("a/b", None)) is not None and state.cut_for(("a/c", None)) is None
+    assert state.anchor_for(("a/b", None)) is not None
+    assert list(state.usage().values()) == [[10, 5]]
+
+
+@pytest.mark.parametrize("damage", [
+    {"cut": {"frontier": "nonsense"}}, {"anchor": {"sent": "x"}}, {"requests": "many"},
+    {"growth_steps": ["a", None]}, {"growth": "fast"}, {"settings": None},
+])
+def test_a_state_value_with_a_field_it_cannot_read_costs_only_that_field(tmp_path, damage):
+    from context_paging.index.window_state import SessionState
+
+    svc = service(tmp_path, False, 400)
+    messages = conversation([60] * 8, [True] * 8)
+    svc.select("s", messages, fmt="pi")
+    good = svc.ledger.load_state("s")
+    state = SessionState.from_dict(good | damage)  # never raises
+    settings = (None, None)
+    if "cut" in damage or "settings" in damage:
+        assert state.cut_for(settings) is None
+    if "anchor" in damage:
+        assert state.anchor_for(settings) is None
+    # and the window still answers from it: the next call saves a whole state again
+    svc.ledger.save_state("s", good | damage)
+    svc.select("s", messages + [{"role": "user", "content": "next"}], fmt="pi")
+    assert SessionState.from_dict(svc.ledger.load_state("s")).requests >= 1
+
+
+def test_every_reader_of_stop_reasons_uses_the_one_table():
+    from context_paging.index.history import stored_messages
+    from context_paging.paging.formats import to_views
+    from context_paging.paging.messages import STOP_REASONS, pi_stop_reason, stop_reason
+
+    for host, meaning in [("end_turn", "stop"), ("tool_calls", "tool_use"),
+                          ("max_tokens", "length"), ("canceled", "aborted"),
+                          ("cancelled", "aborted"), ("interrupted", "aborted"),
+                          ("error", "error"), ("toolUse", "tool_use")]:
+        assert STOP_REASONS[host] == meaning
+        message = {"role": "assistant", "content": "x", "finish_reason": host}
+        assert stop_reason(message) == meaning
+        view = to_views([message], "openai").views[0].message
+        assert view["stopReason"] == pi_stop_reason(message, False)
+        assert (view["stopReason"] in ("aborted", "error")) == (meaning in ("aborted", "error"))
+        history = stored_messages(message, "openai", "m1", {})[0]
+        assert history.stop_reason == meaning
+        assert history.interrupted == (meaning in ("aborted", "error"))
+
+
+def test_the_ledgers_history_is_read_through_the_windows_views():
+    """One converter: a stored host message becomes history Messages through
+    ``paging.formats.to_views``, keeping what the history shows (image links, ids of split
+    Anthropic messages, stop reasons, the model)."""
+    from context_paging.index.history import stored_messages
+    from context_paging.index.model import ImageBlock, TextBlock
+    from context_paging.paging.estimate import chars4_tokens
+    from context_paging.paging.formats import to_views
+
+    linked = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "is_error": True,
+         "content": [{"type": "image", "source": {"type": "url", "url": "https://x/a.png"}}]},
+        {"type": "text", "text": "and now?"}]}
+    names = {"t1": "shot"}
+    result, request = stored_messages(linked, "anthropic", "m9", names, "ts")
+    assert (result.id, result.role, result.tool_name, result.is_error) == (
+        "m9.r0", "tool_result", "shot", True)
+    assert result.content == (ImageBlock("", "", "https://x/a.png"),)
+    assert (request.id, request.content) == ("m9", (TextBlock("and now?"),))
+    # the link rides in the view for the history only: the estimate does not see it
+    view = to_views([linked], "anthropic").views[0].message
+    assert view["content"][0]["url"] == "https://x/a.png"
+    assert chars4_tokens(view) == chars4_tokens(
+        {**view, "content": [{k: v for k, v in view["content"][0].items() if k != "url"}]})
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "cut"}],
+              "stop_reason": "max_tokens", "model": "claude-x"}
+    (turn,) = stored_messages(answer, "anthropic", "m10", {}, "ts")
+    assert (turn.stop_reason, turn.model) == ("length", "claude-x")
+    # a system message is resident input, wherever it stands; an empty output stays one text
+    assert stored_messages({"role": "system", "content": "rules"}, "openai", "m11", {}) == []
+    (output,) = stored_messages({"type": "function_call_output", "call_id": "c", "output": ""},
+                                "responses", "m12", {"c": "shell"})
+    assert output.content == (TextBlock(""),) and output.tool_name == "shell"

@@ -69,9 +69,8 @@ from context_paging.index.model import (
     Usage,
 )
 from context_paging.paging.formats import SERVER_CALL_KINDS, is_server_result, public_json
+from context_paging.paging.messages import STOP_REASONS
 
-_STOP = {"end_turn": "stop", "stop_sequence": "stop", "refusal": "stop", "tool_use": "tool_use",
-         "max_tokens": "length", "model_context_window_exceeded": "length"}
 _NODE_TYPES = frozenset({"user", "assistant", "system", "progress", "attachment"})
 _META_TYPES = frozenset({"summary", "custom-title", "ai-title", "agent-name", "last-prompt",
                          "permission-mode", "mode", "file-history-snapshot", "queue-operation",
@@ -576,7 +575,7 @@ def _assistant(group: list[Record], scan: _Scan, given: set[str]) -> Message:
     key = _response_key(first)
     usage = None if key in given else scan.usage.get(key)
     given.add(key)
-    stop = _STOP.get(raw_stop) if isinstance(raw_stop, str) else None
+    stop = STOP_REASONS.get(raw_stop) if isinstance(raw_stop, str) else None
     if any(r.value.get("isApiErrorMessage") is True for r in group):
         stop = "error"
     return Message("assistant", first["uuid"], _stamp(first), tuple(blocks), line=group[0].line,

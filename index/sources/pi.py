@@ -69,11 +69,10 @@ from context_paging.index.model import (
     ToolCall,
     Usage,
 )
+from context_paging.paging.messages import STOP_REASONS
 
 _HEADER_SCAN = 5
 _TITLE_CHARS = 80
-_STOP_REASONS = {"toolUse": "tool_use", "stop": "stop", "length": "length",
-                 "aborted": "aborted", "error": "error"}
 # Entry types that never become messages, and the stats key that counts them (whole file).
 _COUNTED_TYPES = {
     "compaction": "compactions", "branch_summary": "branch_summaries",
@@ -361,7 +360,7 @@ def _assistant(
     stop, model = body.get("stopReason"), body.get("model")
     return Message(
         "assistant", entry.id, _timestamp(entry, body), tuple(blocks), entry.line,
-        stop_reason=_STOP_REASONS.get(stop) if isinstance(stop, str) else None,
+        stop_reason=STOP_REASONS.get(stop) if isinstance(stop, str) else None,
         model=model if isinstance(model, str) else None,
         usage=_usage(body.get("usage")),
     )

@@ -24,6 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_paging.paging.distill.render import plural, tool_label
+from context_paging.paging.messages import (  # the one set of Pi-message helpers
+    blocks,
+    is_interrupted,
+    text_of,
+    tool_calls,
+)
+from context_paging.paging.messages import role_of as role
 from context_paging.paging.tokens import image_size
 
 Entry = tuple[str, Mapping[str, Any]]
@@ -33,54 +40,17 @@ IMAGE_UNKNOWN_TOKENS = 1_600
 IMAGE_MAX_TOKENS = 6_700
 LATER_CALLS_LIMIT = 30
 EDITABLE_ROLES = frozenset({"user", "assistant", "toolResult", "custom"})
-_INTERRUPTED = frozenset({"aborted", "error"})
 _READ_TOOLS = frozenset({"read"})
 _WRITE_TOOLS = frozenset({"edit", "write", "multiedit"})
-
-
-def role(message: Message) -> Any:
-    return message.get("role")
-
-
-def blocks(message: Message) -> list[Mapping[str, Any]]:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, Mapping)]
-
-
-def text_of(message: Message) -> str:
-    """The text blocks joined with newlines (a string content is its own text)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text"
-    )
 
 
 def images_of(message: Message) -> list[Mapping[str, Any]]:
     return [b for b in blocks(message) if b.get("type") == "image"]
 
 
-def tool_calls(message: Message) -> list[Mapping[str, Any]]:
-    if role(message) != "assistant":
-        return []
-    return [
-        b
-        for b in blocks(message)
-        if b.get("type") == "toolCall" and isinstance(b.get("id"), str)
-        and isinstance(b.get("name"), str)
-    ]
-
-
 def arguments_of(call: Mapping[str, Any]) -> Mapping[str, Any]:
     arguments = call.get("arguments")
     return arguments if isinstance(arguments, Mapping) else {}
-
-
-def is_interrupted(message: Message) -> bool:
-    return role(message) == "assistant" and message.get("stopReason") in _INTERRUPTED
 
 
 def dumps(value: Any) -> str:

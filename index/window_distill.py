@@ -1,0 +1,203 @@
+"""The window's distillation step: which views this call sends replaced, and why.
+
+The request's entries (``paging.request.Request.entries``: every stored view as its ledger id and
+message; outgoing-only views are left out, since they could never be recalled) go through a pass
+of :func:`paging.distill` with the session's earlier decisions (the ledger's ``decision``
+lines). New decisions carry the tokens they save, counted with this server's tokenizer; the
+window appends them to the ledger before it answers, so every later call — in this process or
+after a restart — applies the same replacement bytes. Any failure while distilling means the
+conversation is sent as it is.
+
+A distilled output, a removed output's stub, or an old output's text without its images is the
+host's own message with only that content replaced. An omitted exchange keeps its request as
+the stub and leaves out the rest of its messages (:class:`Distilled` with no message): they stay
+in the selector's list at zero cost, so cut points keyed on them stay valid, and are skipped when
+the window is rendered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from context_paging.index.ledger import LedgerSession
+from context_paging.paging.distill import (
+    Decision,
+    DistillConfig,
+    Judge,
+    decide_plan,
+    judge_plan,
+    summarize,
+)
+from context_paging.paging.distill.apply import applied, changed
+from context_paging.paging.distill.conversation import content_chars
+from context_paging.paging.distill.model import fingerprint as text_fingerprint
+from context_paging.paging.distill.plan import Plan, latest, plan_pass
+from context_paging.paging.distill.render import exchange_recall, output_recall
+from context_paging.paging.request import Entry, Request
+
+PLAN_CACHE = 8
+log = logging.getLogger("context_paging")
+
+
+@dataclass(frozen=True, slots=True)
+class Distilled:
+    """A view as this window sends it: the applied message (None when it is left out with an
+    omitted exchange) and the decision behind it."""
+
+    message: dict[str, Any] | None
+    decision: Decision
+
+    @property
+    def key(self) -> str:
+        """Names the decision in estimate-cache and calibration keys."""
+        return text_fingerprint(self.decision.action, self.decision.replacement)[:16]
+
+    @property
+    def text(self) -> str:
+        """The replacement content as one text: the stub, then (old images) the output's own
+        text blocks."""
+        if self.decision.action == "drop_image" and self.message is not None:
+            return "\n".join(str(b.get("text", "")) for b in self.message.get("content") or ()
+                             if isinstance(b, dict) and b.get("type") == "text")
+        return self.decision.replacement
+
+    def report(self) -> dict[str, Any]:
+        d = self.decision
+        saved = {"saved_characters": d.saved_chars,
+                 "saved_tokens": d.saved_tokens if d.saved_tokens is not None
+                 else round(d.saved_chars / 4)}
+        if d.action == "omit_exchange":
+            return {"history_id": d.target, "action": d.action, "judge": d.judge, **saved,
+                    "recall": exchange_recall(d.target)}
+        return {"tool_call_id": d.target, "action": d.action, "judge": d.judge, **saved,
+                "recall": output_recall(d.target)}
+
+
+class Distiller:
+    """Plans (cached) and passes for one service's configuration."""
+
+    def __init__(self, config: DistillConfig, count_text: Callable[[str], int] | None) -> None:
+        self.config = config
+        self.count_text = count_text
+        self._plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
+
+    def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
+             prior: Mapping[int, dict[str, Any] | None] | None = None,
+             reach: int = 0) -> Plan | None:
+        """The pass's plan over the conversation as the window already shows it (earlier
+        decisions applied: an exchange holding a distilled output is costed at its distilled
+        size, so savings are never counted twice). Cached, because the sampling judge plans
+        before the call and the call plans again: the key names the stored conversation (its
+        last chain id), the decisions made so far and the provider. ``prior`` is what those
+        decisions change (``paging.distill.apply.changed``), when the caller has it already."""
+        decisions = ledger.decisions
+        key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
+               provider, reach)
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        if prior is None:
+            prior = changed(entries, decisions)
+        plan = plan_pass(applied(entries, prior), self.config, decisions,
+                         provider=provider, reach=reach)
+        self._plans[key] = plan
+        while len(self._plans) > PLAN_CACHE:
+            self._plans.popitem(last=False)
+        return plan
+
+    def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
+            reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
+        """This call's pass: view index -> the view as sent and the decision behind it; the new
+        decisions (stored by the caller once the window is chosen); and the views of large
+        outputs left unjudged because they lie beyond ``reach`` tokens of content."""
+        if not self.config.enabled:
+            return {}, [], set()
+        entries = request.entries
+        changes = changed(entries, ledger.decisions)  # what the window already shows
+        plan = None
+        try:
+            plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach))
+            new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
+            shown = applied(entries, changes) if new else []
+            new = [self.measured(d, shown) for d in new]
+        except Exception:  # a failed pass must never fail the request: keep everything
+            log.warning("distillation failed; the conversation is sent whole", exc_info=True)
+            new = []
+        positions = request.positions
+        deferred = {positions[p] for p in plan.deferred} if plan is not None else set()
+        decisions = [*ledger.decisions, *new]
+        if any(d.edits for d in new):
+            changes = changed(entries, decisions)
+        return shown_views(request, changes, decisions), new, deferred
+
+    def measured(self, decision: Decision, entries: Sequence[Entry]) -> Decision:
+        """The decision with the tokens it saves, counted with this server's tokenizer."""
+        if not decision.edits or self.count_text is None:
+            return decision
+        saved = summarize([decision], self.count_text, entries).saved_tokens
+        return replace(decision, saved_tokens=saved)
+
+
+def without(request: Request, decisions: Sequence[Decision],
+            targets: Collection[str]) -> dict[int, Distilled]:
+    """The window's replacements with the newest decision of each of ``targets`` left out
+    (pending, index/landing.py): what those views showed before it, an earlier decision's
+    bytes or their own."""
+    newest = latest(decisions)
+    kept = [d for d in decisions if not (d.target in targets and newest.get(d.target) is d)]
+    return shown_views(request, changed(request.entries, kept), kept)
+
+
+def shown_views(request: Request, changes: Mapping[int, Any],
+                decisions: Sequence[Decision]) -> dict[int, Distilled]:
+    """View index -> the view as sent under ``decisions`` (``changes`` is what they change,
+    by entry position)."""
+    if not changes:
+        return {}
+    views = request.views.views
+    in_force = {t: d for t, d in latest(decisions).items() if d.edits}
+    by_view = {request.positions[p]: message for p, message in changes.items()}
+    result: dict[int, Distilled] = {}
+    owner: Decision | None = None
+    for index in sorted(by_view):
+        message = by_view[index]
+        view = views[index].message
+        if message is None:  # omitted with the exchange whose stub came before it
+            if owner is not None:
+                result[index] = Distilled(None, owner)
+            continue
+        key = view.get("toolCallId") if view.get("role") == "toolResult" else request.ids[
+            views[index].source]
+        decision = in_force.get(str(key))
+        if decision is None:
+            continue
+        if decision.action == "omit_exchange":
+            owner = decision
+        result[index] = Distilled(dict(message), decision)
+    return result
+
+
+def entry_reach(entries: Sequence[Entry], reach: float | None) -> int:
+    """The first entry distillation judges: where the newest entries' content reaches twice
+    ``reach`` tokens at characters/4 (cheap; a margin, not a bound — the caller checks that the
+    window kept nothing older and redoes the pass in full otherwise). 0: judge everything."""
+    if reach is None:
+        return 0
+    total = 0.0
+    for position in range(len(entries) - 1, -1, -1):
+        total += content_chars(entries[position][1]) / 4
+        if total > 2 * reach:
+            return position
+    return 0
+
+
+def provider_of(model: str | None) -> str | None:
+    """The provider part of a ``provider/id`` model name (``openai-codex/gpt-5`` →
+    ``openai-codex``), which sets the cost model of distillation's break-even rule."""
+    if model and "/" in model.strip("/"):
+        return model.split("/", 1)[0] or None
+    return None

@@ -1,0 +1,160 @@
+"""A ``select_context`` request, read once into one frozen value.
+
+Everything a call needs to know about its request is derived here, in one pass, and then only
+read: the format and the views (``paging.formats``), which host messages are outgoing only
+(``ephemeral`` ones and resident system messages: never stored, never recalled), each message's
+content fingerprint and chain id (the ledger's history ids), each view's key (what calibration
+and the landing of edits compare between calls), role and interruption, and distillation's
+``(history id, message)`` entries. The ledger stores from it, the sampling judge plans from it,
+and the window selects and renders from it (``index.window``).
+
+Fingerprints are content hashes of the canonical JSON, which ``index`` computes (incrementally,
+``index.request``); :func:`read` asks for them through a callback once it knows which messages
+are skipped, so this module stays pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from context_paging.paging.formats import (
+    FORMATS,
+    Format,
+    FormatError,
+    Views,
+    detect_format,
+    to_views,
+)
+from context_paging.paging.messages import INTERRUPTED, tool_call_blocks, tool_call_ids
+from context_paging.paging.units import Normalized, normalize
+
+Prints = Callable[[Collection[int]], Sequence[str | None]]
+Entry = tuple[str, dict[str, Any]]
+
+
+def chain_ids(fingerprints: Sequence[str | None]) -> list[str | None]:
+    """History ids for a conversation: ``id = H(parent id, fingerprint)``, so a re-sent prefix
+    gets the same ids and an edit starts a new branch. ``None`` fingerprints (outgoing-only
+    messages) get no id and take no part in the chain."""
+    ids: list[str | None] = []
+    previous = ""
+    for fp in fingerprints:
+        if fp is None:
+            ids.append(None)
+            continue
+        previous = "m" + hashlib.blake2b(f"{previous}:{fp}".encode(), digest_size=10).hexdigest()
+        ids.append(previous)
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as read. Per host message: ``fingerprints``, ``ids`` (None: outgoing only).
+    Per view: ``outgoing``, ``keys`` (``<history id>#<part>``, None when outgoing), ``roles``,
+    ``interrupted``. ``positions``/``entries``: distillation's entries (every stored view) and
+    the view index of each. ``stored``: the ledger ids of the leading messages an ``after_id``
+    request took from the ledger. ``normalized``: the selector's validation of the views
+    (None when it was not asked for)."""
+
+    messages: tuple[Any, ...]
+    format: Format
+    views: Views
+    skip: frozenset[int]  # host message indexes never stored: ephemeral and resident
+    fingerprints: tuple[str | None, ...]
+    ids: tuple[str | None, ...]
+    stored: tuple[str, ...]
+    outgoing: tuple[bool, ...]
+    keys: tuple[str | None, ...]
+    roles: tuple[str, ...]
+    interrupted: tuple[bool, ...]
+    positions: tuple[int, ...]
+    entries: tuple[Entry, ...]
+    normalized: Normalized | None = None
+
+    def history_id(self, view: int) -> str | None:
+        """The ledger id of a view's host message."""
+        return self.ids[self.views.views[view].source]
+
+    def resident_messages(self) -> list[Any]:
+        return [self.messages[i] for i in self.views.resident]
+
+    def newest_assistant(self) -> str | None:
+        """The history id of the newest assistant view (whose response ``usage`` describes)."""
+        for index in range(len(self.roles) - 1, -1, -1):
+            if self.roles[index] == "assistant":
+                return self.history_id(index)
+        return None
+
+    def tool_owners(self) -> dict[int, tuple[str, str, str]]:
+        """Tool-result view index -> (history id of the assistant that made the call, call id,
+        tool name): what a recovery reference in the window names."""
+        owner: dict[int, tuple[str, str, str]] = {}
+        calls: dict[str, tuple[str, str]] = {}
+        for index, view in enumerate(self.views.views):
+            message = view.message
+            role = self.roles[index]
+            history_id = self.ids[view.source]
+            if role == "assistant" and history_id:
+                for block in tool_call_blocks(message):
+                    calls[block["id"]] = (history_id, block["name"])
+            elif role == "toolResult":
+                call = calls.get(str(message.get("toolCallId")))
+                if call:
+                    owner[index] = (call[0], str(message.get("toolCallId")), call[1])
+        return owner
+
+    def first_call(self, view: int) -> str | None:
+        """The id of an assistant view's first tool call (a cut key names it)."""
+        calls = tool_call_ids(self.views.views[view].message)
+        return calls[0] if calls else None
+
+
+def parse(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int]) -> tuple[Format, Views]:
+    """The request's format (``auto``: detected) and views; a ``FormatError`` for an unknown
+    format or an ephemeral index outside the request."""
+    if fmt == "auto":
+        fmt = detect_format(messages)
+    elif fmt not in FORMATS:
+        raise FormatError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
+    for index in ephemeral:
+        if not 0 <= index < len(messages):
+            raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1}")
+    return fmt, to_views(messages, fmt)  # type: ignore[arg-type]
+
+
+def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Prints,
+         stored: Sequence[str] = (), validate: bool = False) -> Request:
+    """The request value. ``prints(skip)``: the fingerprint of every host message, None for the
+    skipped ones. ``validate``: check the exchanges first (``paging.units.normalize``), so a
+    malformed request is refused before its fingerprints are taken or anything is stored
+    (specs/paging.md §1.5); the result is kept for the selector."""
+    fmt, views = parse(messages, fmt, ephemeral)
+    normalized = normalize([v.message for v in views.views]) if validate else None
+    skip = frozenset(ephemeral) | frozenset(views.resident)
+    fingerprints = tuple(prints(skip))
+    ids = tuple(chain_ids(fingerprints))
+    n = len(views.views)
+    outgoing = [False] * n
+    keys: list[str | None] = [None] * n
+    roles: list[str] = [""] * n
+    interrupted = [False] * n
+    positions: list[int] = []
+    entries: list[Entry] = []
+    for index, view in enumerate(views.views):
+        message = view.message
+        roles[index] = str(message.get("role"))
+        # as calibration has always read it: the stop reason alone, whatever the role
+        interrupted[index] = message.get("stopReason") in INTERRUPTED
+        if view.source in skip:
+            outgoing[index] = True
+            continue
+        history_id = ids[view.source]
+        keys[index] = f"{history_id}#{view.part}"
+        positions.append(index)
+        entries.append((str(history_id), message))
+    return Request(tuple(messages), fmt, views, skip, fingerprints, ids, tuple(stored),
+                   tuple(outgoing), tuple(keys), tuple(roles), tuple(interrupted),
+                   tuple(positions), tuple(entries), normalized)
