@@ -133,7 +133,8 @@ def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
         svc.reference = reference
         svc.select(**_call_args(messages))
         warm_time, _ = best(repeat, lambda: svc.select(**_call_args(messages)))
-        grow_time, last = best(1, lambda: svc.select(**_call_args(grown_by(messages, 1))))
+        grown = _call_args(grown_by(messages, 1))  # built outside the timed call
+        grow_time, last = best(1, lambda: svc.select(**grown))
         deltas = []
         for n in range(2, turns + 2):  # one new turn at a time, sent after the last id
             if "last_message_id" not in last:
