@@ -292,10 +292,11 @@ class ContextService:
             if not 0 <= index < len(messages):
                 raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1}")
         views = to_views(messages, fmt)  # type: ignore[arg-type]
+        checked = None
         if self.settings.enabled:
             # A malformed request (a result that answers no call, …) is refused before anything
             # is stored, so no tool ever sees its messages (specs/paging.md §1.5).
-            normalize([v.message for v in views.views])
+            checked = normalize([v.message for v in views.views])  # the selector reuses it
         ledger = self.ledger.session(session)
         skip = set(ephemeral) | set(views.resident)
         fps = self._fingerprints.fingerprints(ledger.ref, messages, skip, stored)
@@ -370,7 +371,7 @@ class ContextService:
                 context_tokens=calibration.context_tokens if calibration else None,
                 token_estimates=calibration.token_estimates if calibration else None,
                 outgoing_only=outgoing, raw=raw, cut_state=cut_state,
-                notice_tokens=self.notice_tokens,
+                notice_tokens=self.notice_tokens, normalized=checked,
             )
 
         # Uncounted views carry 0, never more than their real estimate, and the selector only
