@@ -21,7 +21,7 @@ from context_paging.index import context
 from context_paging.index.context import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.paging import select
-from context_paging.paging.distill import DistillConfig, judge
+from context_paging.paging.distill import DistillConfig, chunk, judge
 from context_paging.paging.distill.chunk import Chunk
 from context_paging.paging.distill.model import JudgeContext, Question
 from context_paging.paging.limits import ContextSelectionError
@@ -111,6 +111,16 @@ def _apply_everywhere(self: select._Selector, frontier: select.Frontier):
 original_apply = select._Selector.apply
 
 
+def _grep_like_counting_all(lines: list[str]) -> bool:
+    """``chunk.is_grep_like`` as it was: every line is asked, then the share is compared."""
+    total = hits = 0
+    for line in lines:
+        if line.strip() and line != "--":
+            total += 1
+            hits += bool(chunk.grep_file(line))
+    return total >= 3 and hits / total >= 0.6
+
+
 @contextlib.contextmanager
 def full_computation():
     """Every shortcut of this module's subject off (see the module docstring)."""
@@ -123,6 +133,7 @@ def full_computation():
         patch.setattr(judge, "_failure_in", lambda text: failure.search(text) is not None)
         pattern = judge._path_pattern  # "" is in every text: the pattern always runs
         patch.setattr(judge, "_path_pattern", lambda paths: (pattern(paths)[0], ("",)))
+        patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
         yield
 
 
@@ -238,3 +249,11 @@ def test_the_local_judge_scores_as_with_every_pattern_run(chunks, request, answe
     fast = judge.LocalJudge().judge(question, parts, context)
     with full_computation():
         assert fast == judge.LocalJudge().judge(question, parts, context)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["a.ts:1:x", "a.ts-2-y", "--", "", " ", "b/c.py:30: z",
+                                 "plain words", "2024-05-01 12:00:01 log", "d.md:4:"]),
+                max_size=14))
+def test_grep_detection_stopping_early_agrees_with_counting_every_line(lines):
+    assert chunk.is_grep_like(lines) == _grep_like_counting_all(lines)
