@@ -134,6 +134,7 @@ def full_computation():
         pattern = judge._path_pattern  # "" is in every text: the pattern always runs
         patch.setattr(judge, "_path_pattern", lambda paths: (pattern(paths)[0], ("",)))
         patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
+        patch.setattr(judge, "_paragraphs", lambda text: [text])  # work texts read whole
         yield
 
 
@@ -227,10 +228,14 @@ def test_a_passed_normalization_is_the_one_the_selector_computes():
 lines = st.lists(st.sampled_from([
     "src/a.py:3: value_1 = 2", "lib/c.ts ok", "see a.py", "case 4: AssertionError: expected",
     "FAILED tests/test_x.py", "panicked at main.rs", "nothing here", "needle3 found",
-    "parseValue called", "Traceback (most recent call last):", "x-a.py", "srcs/a.py"]),
+    "parseValue called", "Traceback (most recent call last):", "x-a.py", "srcs/a.py",
+    "nothing here at all", "so: look at src/a.py"]),
     min_size=1, max_size=6).map("\n".join)
-texts = st.sampled_from(["", "look at src/a.py", "fix `parseValue` in lib/c.ts",
-                         "needle3 and main.rs", "> nothing here at all"])
+texts = st.lists(st.sampled_from(["", "look at src/a.py", "fix `parseValue` in lib/c.ts",
+                                  "needle3 and main.rs", "> nothing here at all", "```",
+                                  "case 4: expected", "`src/a.py\n\nis` here", "\n",
+                                  "```py\n\nnothing here at all\n\n```"]),
+                 max_size=4).map("\n\n".join)
 
 
 @settings(max_examples=300, deadline=None)

@@ -84,7 +84,7 @@ def _stem(word: str) -> str:
     return word
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16_384)  # chunks and work paragraphs (see _paragraphs)
 def _terms(text: str) -> frozenset[str]:
     # Cached per text: the same request, answer and later tool calls are read for every segment
     # of every output of a run, so a run end over hundreds of outputs reads each text once.
@@ -119,7 +119,7 @@ class Evidence:
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> Evidence:
-        parts = [_evidence(text) for text in texts if text]
+        parts = [_evidence(piece) for text in texts if text for piece in _paragraphs(text)]
         return cls(
             frozenset().union(*(p.quoted for p in parts)),
             frozenset().union(*(p.paths for p in parts)),
@@ -298,7 +298,19 @@ class _Work:
 
 
 def _union_terms(texts: Iterable[str]) -> frozenset[str]:
-    return frozenset().union(*(_terms(t) for t in texts if t))
+    return frozenset().union(*(_terms(p) for t in texts if t for p in _paragraphs(t)))
+
+
+def _paragraphs(text: str) -> list[str]:
+    """A work text in paragraphs, each read (and cached) on its own.
+
+    The run's request grows by a steering message per turn, so read whole it would be read
+    again every call. No word, token, path, backtick span or quote line crosses a line break,
+    so a text's words and evidence are the union of its paragraphs'; only a fenced block can
+    span paragraphs, so a text with a fence is read whole."""
+    if "```" in text or "\n\n" not in text:
+        return [text]
+    return text.split("\n\n")
 
 
 def _item_terms(chunk: Chunk, position: int, context: JudgeContext) -> frozenset[str]:
@@ -478,7 +490,7 @@ def scores_from_ids(ids: frozenset[int] | None, chunks: Sequence[Chunk]) -> dict
     return {c.index: 1.0 if c.index in ids else 0.0 for c in chunks}
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16_384)
 def _evidence(text: str) -> Evidence:
     """Evidence of one text, cached: see ``_terms``."""
     return Evidence.of_text(text)
