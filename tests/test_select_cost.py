@@ -21,7 +21,7 @@ from context_paging.index import context
 from context_paging.index.context import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.paging import select
-from context_paging.paging.distill import DistillConfig, chunk, judge
+from context_paging.paging.distill import DistillConfig, chunk, conversation, items, judge, plan
 from context_paging.paging.distill.chunk import Chunk
 from context_paging.paging.distill.model import JudgeContext, Question
 from context_paging.paging.limits import ContextSelectionError
@@ -111,6 +111,22 @@ def _apply_everywhere(self: select._Selector, frontier: select.Frontier):
 original_apply = select._Selector.apply
 
 
+def _run_starts_looking_back(messages: list[dict]) -> list[int]:
+    """``conversation.run_starts`` as it was: each user message looks back on its own."""
+    def steering(index: int) -> bool:
+        for earlier in reversed(messages[:index]):
+            if conversation.role(earlier) == "custom":
+                continue
+            if conversation.role(earlier) == "toolResult":
+                return True
+            return (bool(conversation.tool_calls(earlier))
+                    and not conversation.is_interrupted(earlier))
+        return False
+
+    return [i for i, m in enumerate(messages)
+            if conversation.role(m) == "user" and not steering(i)]
+
+
 def _grep_like_counting_all(lines: list[str]) -> bool:
     """``chunk.is_grep_like`` as it was: every line is asked, then the share is compared."""
     total = hits = 0
@@ -135,6 +151,8 @@ def full_computation():
         patch.setattr(judge, "_path_pattern", lambda paths: (pattern(paths)[0], ("",)))
         patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
         patch.setattr(judge, "_paragraphs", lambda text: [text])  # work texts read whole
+        patch.setattr(plan, "run_starts", _run_starts_looking_back)
+        patch.setattr(items, "run_starts", _run_starts_looking_back)
         yield
 
 
@@ -262,3 +280,23 @@ def test_the_local_judge_scores_as_with_every_pattern_run(chunks, request, answe
                 max_size=14))
 def test_grep_detection_stopping_early_agrees_with_counting_every_line(lines):
     assert chunk.is_grep_like(lines) == _grep_like_counting_all(lines)
+
+
+shapes = st.sampled_from([
+    {"role": "user", "content": "u"}, {"role": "custom", "content": "c"},
+    {"role": "toolResult", "toolCallId": "t"}, {"role": "system", "content": "s"},
+    {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+    {"role": "assistant", "content": [{"type": "toolCall", "id": "t", "name": "read"}]},
+    {"role": "assistant", "stopReason": "aborted",
+     "content": [{"type": "toolCall", "id": "t", "name": "read"}]},
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(shapes, max_size=12))
+def test_run_starts_in_one_pass_are_the_ones_each_message_finds_looking_back(messages):
+    assert conversation.run_starts(messages) == _run_starts_looking_back(messages)
+    assert [i for i, m in enumerate(messages) if m["role"] == "user"
+            and conversation.is_steering(messages, i)] == [
+        i for i, m in enumerate(messages)
+        if m["role"] == "user" and i not in _run_starts_looking_back(messages)]

@@ -94,12 +94,15 @@ def collect_outputs(
     youngest: int | None = None,
     skip: Container[str] = frozenset(),
     reach: int = 0,
+    calls: Sequence[Call] | None = None,
 ) -> list[OutputItem]:
     """Candidate outputs of the run [start, end) with ``floor ≤ len < ceiling``, made at a turn
     ≤ ``youngest`` (mid-run), whose call id is not in ``skip``. Those before entry ``reach``
     are only counted (their ``superseded`` and ``later_calls`` stay empty): the pass will not
-    judge them (``plan_pass``'s ``reach``)."""
-    calls = calls_of(messages, start, end)
+    judge them (``plan_pass``'s ``reach``). ``calls``: ``calls_of(messages, start, end)``,
+    when the caller has it."""
+    if calls is None:
+        calls = calls_of(messages, start, end)
     by_id = {c.id: c for c in calls}
     excluded = {t.lower() for t in config.exclude_tools}
     items: list[OutputItem] = []
@@ -147,6 +150,7 @@ def collect_small(
     *,
     youngest: int | None = None,
     skip: Container[str] = frozenset(),
+    calls: Sequence[Call] | None = None,
 ) -> list[OutputItem]:
     """Outputs from ``small_result_min_chars`` up to ``min_result_chars``, judged whole; only
     those whose stub would be shorter than the output."""
@@ -154,7 +158,7 @@ def collect_small(
         return []
     items = collect_outputs(
         messages, start, end, config, floor=config.small_result_min_chars,
-        ceiling=config.min_result_chars, youngest=youngest, skip=skip,
+        ceiling=config.min_result_chars, youngest=youngest, skip=skip, calls=calls,
     )
     return [item for item in items if len(small_stub(item.source)) < len(item.text)]
 

@@ -38,6 +38,7 @@ from context_paging.paging.distill.conversation import (
     Message,
     assistant_count,
     assistant_texts,
+    calls_of,
     content_chars,
     dumps,
     images_of,
@@ -205,11 +206,13 @@ def _plan(
     youngest = None
     if phase == "mid-run":
         youngest = assistant_count(messages, start) - 1 - config.mid_run_min_age_turns
+    calls = calls_of(messages, start, end)  # read once for both sizes of output
     large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                            youngest=youngest, skip=skip, reach=reach)
+                            youngest=youngest, skip=skip, reach=reach, calls=calls)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
-    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip)
+    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip,
+                          calls=calls)
     exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip)
                  if config.prune_exchanges else [])
     images = collect_images(messages, config.image_keep_turns, skip)
@@ -241,7 +244,7 @@ def _plan(
     if phase == "run-end" and (exchanges or images) and config.exchange_break_even and reach:
         reach = 0  # the gate weighs every edit: judge every output, with its full facts
         large = [*collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                                  youngest=youngest, skip=skip)] if large else []
+                                  youngest=youngest, skip=skip, calls=calls)] if large else []
     return Plan(phase, run_id, start, config, question,
                 tuple(_large(phase, config, item) for item in large if item.index >= reach),
                 tuple(small), tuple(exchanges), tuple(images), batches, members, prints, sizes,
