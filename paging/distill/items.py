@@ -186,6 +186,7 @@ def collect_exchanges(
     run_start: int,
     keep_recent: int,
     skip: Container[str] = frozenset(),
+    starts: Sequence[int] | None = None,
 ) -> list[Exchange]:
     """Earlier, finished exchanges before ``run_start``, without the last ``keep_recent``.
 
@@ -193,9 +194,12 @@ def collect_exchanges(
     with an editable entry that has no id (it could not be left out by id); no assistant
     message; a last assistant message with tool calls (unfinished); under 2,000 chars of
     editable content, or a stub that would not be shorter. System messages, bash executions and
-    summaries are not editable: they stay where they are.
+    summaries are not editable: they stay where they are. ``starts``: ``run_starts(messages)``,
+    when the caller has them.
     """
-    bounds = [i for i in run_starts(messages) if i < run_start] + [run_start]
+    if starts is None:
+        starts = run_starts(messages)
+    bounds = [i for i in starts if i < run_start] + [run_start]
     judged = max(0, len(bounds) - 1 - keep_recent)
     items: list[Exchange] = []
     for start, end in zip(bounds[:judged], bounds[1 : judged + 1], strict=True):
@@ -246,17 +250,19 @@ def collect_images(
     messages: Sequence[Message],
     keep_turns: int,
     skip: Container[str] = frozenset(),
+    turns: int | None = None,
 ) -> list[ImageItem]:
     """Tool outputs with images that ``keep_turns`` or more assistant messages follow.
 
     Age alone decides; user images are always kept; an output already marked (our image stub
-    leads it, or someone else edited it) is left alone.
+    leads it, or someone else edited it) is left alone. ``turns``: ``assistant_count(messages)``,
+    when the caller has it.
     """
     if keep_turns <= 0:
         return []
     calls: dict[str, Call] | None = None  # made when the first image output needs a label
     items: list[ImageItem] = []
-    after = assistant_count(messages)
+    after = assistant_count(messages) if turns is None else turns
     for i, message in enumerate(messages):
         if role(message) == "assistant":
             after -= 1
