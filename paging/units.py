@@ -53,7 +53,7 @@ def tool_call_ids(message: Mapping[str, Any]) -> list[str]:
     return [
         block["id"]
         for block in content
-        if isinstance(block, Mapping)
+        if (type(block) is dict or isinstance(block, Mapping))  # dict first: no ABC check
         and block.get("type") == "toolCall"
         and isinstance(block.get("id"), str)
         and isinstance(block.get("name"), str)

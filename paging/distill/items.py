@@ -13,6 +13,7 @@ to the original instead), so a stub on one would name a recall call that fails.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ RECOVERY_TOOLS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1024)  # asked once per output of every pass; names repeat
 def is_recovery_tool(name: str) -> bool:
     """This server's recovery tools, also under a host's namespaced name (``mcp__x__recall``)."""
     return name in RECOVERY_TOOLS or re.split(r"__|[./:]", name)[-1] in RECOVERY_TOOLS
