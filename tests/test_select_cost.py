@@ -150,7 +150,9 @@ def full_computation():
         pattern = judge._path_pattern  # "" is in every text: the pattern always runs
         patch.setattr(judge, "_path_pattern", lambda paths: (pattern(paths)[0], ("",)))
         patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
-        patch.setattr(judge, "_paragraphs", lambda text: [text])  # work texts read whole
+        # Work texts read whole, as one text, uncached.
+        patch.setattr(judge, "_text_evidence", judge.Evidence.of_text)
+        patch.setattr(judge, "_text_terms", judge._terms.__wrapped__)
         patch.setattr(plan, "run_starts", _run_starts_looking_back)
         patch.setattr(items, "run_starts", _run_starts_looking_back)
         yield

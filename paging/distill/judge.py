@@ -119,7 +119,10 @@ class Evidence:
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> Evidence:
-        parts = [_evidence(piece) for text in texts if text for piece in _paragraphs(text)]
+        return cls.union([_text_evidence(text) for text in texts if text])
+
+    @classmethod
+    def union(cls, parts: Sequence[Evidence]) -> Evidence:
         return cls(
             frozenset().union(*(p.quoted for p in parts)),
             frozenset().union(*(p.paths for p in parts)),
@@ -298,7 +301,19 @@ class _Work:
 
 
 def _union_terms(texts: Iterable[str]) -> frozenset[str]:
-    return frozenset().union(*(_terms(p) for t in texts if t for p in _paragraphs(t)))
+    return frozenset().union(*(_text_terms(t) for t in texts if t))
+
+
+# A work text whole, from its paragraphs: every segment of a pass weighs the same request, so it
+# is put together once a pass, not once a segment.
+@functools.lru_cache(maxsize=1024)
+def _text_evidence(text: str) -> Evidence:
+    return Evidence.union([_evidence(piece) for piece in _paragraphs(text)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_terms(text: str) -> frozenset[str]:
+    return frozenset().union(*(_terms(piece) for piece in _paragraphs(text)))
 
 
 def _paragraphs(text: str) -> list[str]:
