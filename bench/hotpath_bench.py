@@ -48,8 +48,8 @@ def _p(values: list[float], q: float) -> float:
 
 
 def library_after_id(turns: int) -> dict:
-    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.server.tokens import text_counter
     from select_bench import _call_args, issue_floor, turn, workload
 

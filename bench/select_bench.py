@@ -11,7 +11,8 @@ the reply:
 
 * cold: a fresh home, first call (ledger append of 15 MiB, estimates, distillation, selection);
 * repeated: the same request again (the ledger and estimate caches are warm);
-* one more turn: the request grown by one turn, whole conversation;
+* one more turn: the request grown by one turn, whole conversation (once, then the median of
+  ``--turns`` more turns, each the whole conversation again);
 * one more turn, after_id: only the new turn's messages and the previous reply's
   ``last_message_id`` (median of ``--turns`` successive turns);
 * the same end to end over stdio, against the installed ``context-paging serve``.
@@ -109,8 +110,8 @@ def grown_by(messages: list[dict], extra: int) -> list[dict]:
 
 
 def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
-    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.server.tokens import text_counter
 
     messages = workload()
@@ -133,9 +134,16 @@ def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
         svc.reference = reference
         svc.select(**_call_args(messages))
         warm_time, _ = best(repeat, lambda: svc.select(**_call_args(messages)))
-        grow_time, last = best(1, lambda: svc.select(**_call_args(grown_by(messages, 1))))
+        grown = _call_args(grown_by(messages, 1))  # built outside the timed call
+        grow_time, last = best(1, lambda: svc.select(**grown))
+        wholes = []  # more single turns, whole conversation: one call is too noisy a figure
+        for n in range(2, turns + 2):
+            grown = _call_args(grown_by(messages, n))
+            start = time.perf_counter()
+            last = svc.select(**grown)
+            wholes.append(time.perf_counter() - start)
         deltas = []
-        for n in range(2, turns + 2):  # one new turn at a time, sent after the last id
+        for n in range(turns + 2, 2 * turns + 2):  # one new turn at a time, after the last id
             if "last_message_id" not in last:
                 break  # a version without after_id (the bench also runs on older commits)
             new = turn(300 + n - 1, 52_428) + [messages[-1]]
@@ -146,6 +154,7 @@ def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
     show(f"{label}, cold (fresh ledger)", cold_time)
     show(f"{label}, repeated request", warm_time)
     show(f"{label}, one more turn", grow_time)
+    show(f"{label}, one more turn (p50 of {len(wholes)})", statistics.median(wholes))
     if deltas:
         show(f"{label}, one more turn, after_id (p50)", statistics.median(deltas))
 
@@ -158,8 +167,8 @@ def _call_args(messages: list[dict]) -> dict:
 
 
 def _fresh(settings, counter, messages, reference=False):
-    from context_paging.index.window import ContextService
     from context_paging.index.ledger import Ledger
+    from context_paging.index.window import ContextService
 
     home = Path(tempfile.mkdtemp())
     try:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.catalog import Catalog, SessionSummary
-from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.discovery import (
     SessionFileRef,
     SessionRefError,
@@ -42,6 +41,7 @@ from context_paging.index.scan import phrase_first, phrase_pool, scan_search
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
 from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")

@@ -64,7 +64,9 @@ def blocks(message: Message) -> list[Mapping[str, Any]]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [b for b in content if isinstance(b, Mapping)]
+    # ``type is dict`` first: the ABC check behind isinstance(…, Mapping) is the slow part of a
+    # pass over every block of a long conversation, and JSON blocks are plain dicts.
+    return [b for b in content if type(b) is dict or isinstance(b, Mapping)]
 
 
 def text_of(message: Message) -> str:
@@ -80,7 +82,8 @@ def tool_call_blocks(message: Message) -> list[Mapping[str, Any]]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [b for b in content if isinstance(b, Mapping) and b.get("type") == "toolCall"
+    return [b for b in content if (type(b) is dict or isinstance(b, Mapping))
+            and b.get("type") == "toolCall"
             and isinstance(b.get("id"), str) and isinstance(b.get("name"), str)]
 
 

@@ -186,8 +186,9 @@ def select_context(
     ``notice_tokens(text)`` is the non-negative cost of a notice or recovery replacement;
     ``cut_state`` is the previous selection's, passed back unchanged; ``first_cut`` (a
     fraction of the budget; None: upstream's rule) is where a cut lands when no frontier is
-    remembered, see ``first_cut_target``. ``normalized``: ``paging.units.normalize`` of these
-    messages when the caller has it already (content edits do not change it).
+    remembered, see ``first_cut_target``. ``normalized`` is ``normalize(messages)`` when the
+    caller has it already (it validated the request): only roles, tool calls, result ids and
+    stop reasons decide it, so messages whose content alone differs share it.
     """
     limits = context_limits(token_budget, trim_to_tokens, model_window)
     first_target = first_cut_target(limits, first_cut)
@@ -227,11 +228,13 @@ class _Selector:
         normalized: Normalized | None = None,
     ) -> None:
         self.messages, self.costs, self.outgoing = messages, costs, outgoing
+        self.roles = [role_of(m) for m in messages]
         self.first_target = limits.target_tokens if first_target is None else first_target
         self.limits, self.resident, self.raw = limits, resident, raw
         self.budget = limits.budget_tokens
         self._notice_tokens, self._notice_costs, self._notices = notice_tokens, {}, {}
-        normalized = normalize(messages) if normalized is None else normalized
+        if normalized is None:
+            normalized = normalize(messages)
         self.groups = group(messages, normalized.atoms, outgoing)
         self.dropped = normalized.dropped
         self.normalized = tuple(i for atom in normalized.atoms for i in atom)
@@ -286,22 +289,26 @@ class _Selector:
         return None if key is None else key.history_id
 
     def _matches(self, index: int, key: CutKey, assistant_only: bool = False) -> bool:
-        role = role_of(self.messages[index])
+        role = self.roles[index]
         if role != "assistant" and (assistant_only or role != "user"):
             return False
-        if self._key_id(index) != key.history_id:
+        # The call id first: it rules out almost every message without asking the history.
+        if key.tool_call_id is not None and key.tool_call_id not in tool_call_ids(
+                self.messages[index]):
             return False
-        return key.tool_call_id is None or key.tool_call_id in tool_call_ids(self.messages[index])
+        return self._key_id(index) == key.history_id
 
     def apply(self, frontier: Frontier) -> View | None:
         """The groups after a remembered frontier, or None if it is not exactly once there."""
         groups, key = self.groups, frontier.last_evicted
         if frontier.kind != "partialTurn":
-            if frontier.kind == "prefix":
-                units = [list(atom) for atom in groups.prefixes]
-            else:
-                units = [_flat(turn) for turn in groups.turns]
-            hits = [p for p, unit in enumerate(units) for i in unit if self._matches(i, key)]
+            units = [(a,) for a in groups.prefixes] if frontier.kind == "prefix" else groups.turns
+            hits = []
+            for p, unit in enumerate(units):
+                for atom in unit:
+                    hits.extend(p for i in atom if self._matches(i, key))
+                if len(hits) > 1:
+                    return None  # not exactly once there, whatever follows
             if len(hits) != 1:
                 return None
             if frontier.kind == "prefix":

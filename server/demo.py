@@ -22,8 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from context_paging.index.window import ContextSettings
 from context_paging.index.service import History
+from context_paging.index.window import ContextSettings
 from context_paging.server.tokens import text_counter
 
 Emit = Callable[[str], object]

@@ -22,8 +22,8 @@ import anyio.from_thread
 from context_paging.index.canonical import orjson, plain
 from context_paging.index.navigator import dumps
 from context_paging.index.service import History
-from context_paging.index.window import ContextSettings
 from context_paging.index.stats import render as render_stats
+from context_paging.index.window import ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.server.binding import Deps, ToolFailure, bind
 from context_paging.server.config import Settings

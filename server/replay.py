@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from context_paging.index.window import ContextSettings
 from context_paging.index.history import block_text
 from context_paging.index.model import HiddenBlock, ImageBlock, Message, TextBlock, ToolCall
 from context_paging.index.service import History
 from context_paging.index.sessions import load
+from context_paging.index.window import ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.estimate import chars4_tokens
 from context_paging.paging.replay_cost import (

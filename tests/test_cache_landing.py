@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from context_paging.index.window import ContextSettings
 from context_paging.index.landing import held_targets, to_land
 from context_paging.index.service import History
+from context_paging.index.window import ContextSettings
 from context_paging.paging.cache_cost import PRICES, horizon, pays, prices_for
 from context_paging.paging.distill import DistillConfig
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger, LedgerError, chain_ids, fingerprint
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.formats import FormatError, detect_format
 from context_paging.paging.select import ContextSelectionError

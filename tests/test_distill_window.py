@@ -240,8 +240,8 @@ def _build_log_run(turns: int) -> list[dict]:
                                               ("openai-codex/gpt-5", False)])
 def test_the_model_names_the_provider_whose_checkpoint_batch_size_applies(tmp_path, model,
                                                                            fires):
-    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     config = DistillConfig(mid_run_batch_chars_openai=10_000_000)
@@ -255,8 +255,8 @@ def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path
     """specs/distill.md §7 through select_context: a 70 KB build log from the run's first turn is
     judged once it is 4 turns old and the batch (60k chars) pays off against re-reading the
     context after it; the run has not ended, so there is no final answer yet."""
-    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     log = "\n".join([f"copied static/img/asset_{i:04d}.png to dist/img (ok, {i * 7} bytes)"
@@ -292,8 +292,8 @@ def test_an_omitted_exchange_holding_a_distilled_output_saves_each_character_onc
     """The log is distilled at its own run end; the exchange around it is omitted later. The
     omission is costed on what the window still showed, so the savings add up to no more than
     the exchange's original size."""
-    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.index.ledger import Ledger
+    from context_paging.index.window import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     dockerfile = "\n".join(f"RUN install_step_{i} --flag-{i}  # payments layer {i}"

@@ -134,8 +134,8 @@ def _anthropic_conversation(turns: int) -> list[dict]:
 
 def _first_cut_reply(tmp_path, **settings) -> dict:
     """The reply to the first request of a growing session that crosses a 6,000 budget."""
-    from context_paging.index.window import ContextSettings
     from context_paging.index.service import History
+    from context_paging.index.window import ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     service = History({}, tmp_path, ContextSettings(token_budget=6_000, estimator="chars4",

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from context_paging.index.window import ContextSettings
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.service import History
 from context_paging.index.sources.pi import active_path
+from context_paging.index.window import ContextSettings
 
 from tests.conftest import sample
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from context_paging.index.canonical import canonical, plain
-from context_paging.index.window import ContextService, ContextSettings
 from context_paging.index.ledger import Ledger
 from context_paging.index.request import FingerprintMemo, same
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

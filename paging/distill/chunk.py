@@ -89,14 +89,21 @@ def grep_file(line: str, known_files: Collection[str] = ()) -> str | None:
 
 def is_grep_like(lines: Sequence[str]) -> bool:
     """At least 3 lines (blank lines and ``--`` aside), and at least 60% of them name a file."""
-    total = hits = 0
-    for line in lines:
-        if not line.strip() or line == "--":
-            continue
-        total += 1
+    counted = [line for line in lines if line.strip() and line != "--"]
+    total = len(counted)
+    if total < 3:
+        return False
+    # Stop once the share is decided either way (hits only grow): a long output that is no
+    # grep result is told after about 40% of its lines, not all of them.
+    hits = 0
+    for seen, line in enumerate(counted, 1):
         if grep_file(line):
             hits += 1
-    return total >= 3 and hits / total >= 0.6
+            if hits / total >= 0.6:
+                return True
+        elif (hits + total - seen) / total < 0.6:
+            return False
+    return hits / total >= 0.6
 
 
 def target_size(total_chars: int, options: ChunkOptions = DEFAULT_CHUNK_OPTIONS) -> int:

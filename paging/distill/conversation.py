@@ -50,7 +50,7 @@ def images_of(message: Message) -> list[Mapping[str, Any]]:
 
 def arguments_of(call: Mapping[str, Any]) -> Mapping[str, Any]:
     arguments = call.get("arguments")
-    return arguments if isinstance(arguments, Mapping) else {}
+    return arguments if type(arguments) is dict or isinstance(arguments, Mapping) else {}
 
 
 def dumps(value: Any) -> str:
@@ -94,21 +94,31 @@ def content_chars(message: Message) -> int:
 
 
 def is_steering(messages: Sequence[Message], index: int) -> bool:
-    for earlier in reversed(messages[:index]):
-        kind = role(earlier)
-        if kind == "custom":
-            continue
-        if kind == "toolResult":
-            return True
-        return bool(tool_calls(earlier)) and not is_interrupted(earlier)
+    for position in range(index - 1, -1, -1):
+        if role(messages[position]) != "custom":
+            return _steers(messages[position])
     return False
 
 
+def _steers(earlier: Message) -> bool:
+    """A user message after ``earlier`` (the nearest non-custom one) steers a running turn."""
+    if role(earlier) == "toolResult":
+        return True
+    return bool(tool_calls(earlier)) and not is_interrupted(earlier)
+
+
 def run_starts(messages: Sequence[Message]) -> list[int]:
-    """Indexes of the non-steering user messages: where runs and exchanges start."""
-    return [
-        i for i, m in enumerate(messages) if role(m) == "user" and not is_steering(messages, i)
-    ]
+    """Indexes of the non-steering user messages: where runs and exchanges start (one pass:
+    each user message is judged by the nearest non-custom message before it)."""
+    starts: list[int] = []
+    earlier: Message | None = None
+    for i, message in enumerate(messages):
+        kind = role(message)
+        if kind == "user" and (earlier is None or not _steers(earlier)):
+            starts.append(i)
+        if kind != "custom":
+            earlier = message
+    return starts
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ to the original instead), so a stub on one would name a recall call that fails.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ RECOVERY_TOOLS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=1024)  # asked once per output of every pass; names repeat
 def is_recovery_tool(name: str) -> bool:
     """This server's recovery tools, also under a host's namespaced name (``mcp__x__recall``)."""
     return name in RECOVERY_TOOLS or re.split(r"__|[./:]", name)[-1] in RECOVERY_TOOLS
@@ -94,12 +96,15 @@ def collect_outputs(
     youngest: int | None = None,
     skip: Container[str] = frozenset(),
     reach: int = 0,
+    calls: Sequence[Call] | None = None,
 ) -> list[OutputItem]:
     """Candidate outputs of the run [start, end) with ``floor ≤ len < ceiling``, made at a turn
     ≤ ``youngest`` (mid-run), whose call id is not in ``skip``. Those before entry ``reach``
     are only counted (their ``superseded`` and ``later_calls`` stay empty): the pass will not
-    judge them (``plan_pass``'s ``reach``)."""
-    calls = calls_of(messages, start, end)
+    judge them (``plan_pass``'s ``reach``). ``calls``: ``calls_of(messages, start, end)``,
+    when the caller has it."""
+    if calls is None:
+        calls = calls_of(messages, start, end)
     by_id = {c.id: c for c in calls}
     excluded = {t.lower() for t in config.exclude_tools}
     items: list[OutputItem] = []
@@ -147,6 +152,7 @@ def collect_small(
     *,
     youngest: int | None = None,
     skip: Container[str] = frozenset(),
+    calls: Sequence[Call] | None = None,
 ) -> list[OutputItem]:
     """Outputs from ``small_result_min_chars`` up to ``min_result_chars``, judged whole; only
     those whose stub would be shorter than the output."""
@@ -154,7 +160,7 @@ def collect_small(
         return []
     items = collect_outputs(
         messages, start, end, config, floor=config.small_result_min_chars,
-        ceiling=config.min_result_chars, youngest=youngest, skip=skip,
+        ceiling=config.min_result_chars, youngest=youngest, skip=skip, calls=calls,
     )
     return [item for item in items if len(small_stub(item.source)) < len(item.text)]
 
@@ -182,6 +188,7 @@ def collect_exchanges(
     run_start: int,
     keep_recent: int,
     skip: Container[str] = frozenset(),
+    starts: Sequence[int] | None = None,
 ) -> list[Exchange]:
     """Earlier, finished exchanges before ``run_start``, without the last ``keep_recent``.
 
@@ -189,9 +196,12 @@ def collect_exchanges(
     with an editable entry that has no id (it could not be left out by id); no assistant
     message; a last assistant message with tool calls (unfinished); under 2,000 chars of
     editable content, or a stub that would not be shorter. System messages, bash executions and
-    summaries are not editable: they stay where they are.
+    summaries are not editable: they stay where they are. ``starts``: ``run_starts(messages)``,
+    when the caller has them.
     """
-    bounds = [i for i in run_starts(messages) if i < run_start] + [run_start]
+    if starts is None:
+        starts = run_starts(messages)
+    bounds = [i for i in starts if i < run_start] + [run_start]
     judged = max(0, len(bounds) - 1 - keep_recent)
     items: list[Exchange] = []
     for start, end in zip(bounds[:judged], bounds[1 : judged + 1], strict=True):
@@ -242,17 +252,19 @@ def collect_images(
     messages: Sequence[Message],
     keep_turns: int,
     skip: Container[str] = frozenset(),
+    turns: int | None = None,
 ) -> list[ImageItem]:
     """Tool outputs with images that ``keep_turns`` or more assistant messages follow.
 
     Age alone decides; user images are always kept; an output already marked (our image stub
-    leads it, or someone else edited it) is left alone.
+    leads it, or someone else edited it) is left alone. ``turns``: ``assistant_count(messages)``,
+    when the caller has it.
     """
     if keep_turns <= 0:
         return []
     calls: dict[str, Call] | None = None  # made when the first image output needs a label
     items: list[ImageItem] = []
-    after = assistant_count(messages)
+    after = assistant_count(messages) if turns is None else turns
     for i, message in enumerate(messages):
         if role(message) == "assistant":
             after -= 1

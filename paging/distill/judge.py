@@ -50,6 +50,16 @@ _FAILURE = re.compile(
     r"\b(?:FAIL(?:ED|URE)?|ERROR|Error|error:|Traceback|\w*Exception|AssertionError|"
     r"assert(?:ion)?|panic(?:ked)?)\b"
 )
+# Every match of _FAILURE contains one of these: a text without them is skipped with plain
+# substring tests (the regex's leading ``\w*`` makes a miss cost a scan per word character).
+_FAILURE_WORDS = ("FAIL", "ERROR", "Error", "error:", "Traceback", "Exception", "assert",
+                  "panic")
+
+
+def _failure_in(text: str) -> bool:
+    return any(w in text for w in _FAILURE_WORDS) and _FAILURE.search(text) is not None
+
+
 _STOPWORDS = frozenset(
     """about above after again also always another anything around because been before being
     below between both cannot could does doing done down during each either else even every
@@ -74,7 +84,7 @@ def _stem(word: str) -> str:
     return word
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16_384)  # chunks and work paragraphs (see _paragraphs)
 def _terms(text: str) -> frozenset[str]:
     # Cached per text: the same request, answer and later tool calls are read for every segment
     # of every output of a run, so a run end over hundreds of outputs reads each text once.
@@ -109,7 +119,10 @@ class Evidence:
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> Evidence:
-        parts = [_evidence(text) for text in texts if text]
+        return cls.union([_text_evidence(text) for text in texts if text])
+
+    @classmethod
+    def union(cls, parts: Sequence[Evidence]) -> Evidence:
         return cls(
             frozenset().union(*(p.quoted for p in parts)),
             frozenset().union(*(p.paths for p in parts)),
@@ -146,27 +159,35 @@ class Evidence:
         if any(q in text or " ".join(q.split()) in flat for q in self.quoted):
             return True
         if self.paths:
-            if _path_pattern(self.paths).search(text):
+            # A whole-name match is a substring first: most chunks name none of the paths, and
+            # the substring tests rule them out without running the pattern.
+            pattern, names = _path_pattern(self.paths)
+            if any(n in text for n in names) and pattern.search(text):
                 return True
             if any(f == path or f.endswith("/" + path) for f in chunk.files
                    for path in self.paths):
                 return True
         # An identifier counts as a whole token: the same as a bounded search for each one,
         # but one pass over the chunk however many identifiers the work names.
-        return not self.identifiers.isdisjoint(_tokens(text))
+        return bool(self.identifiers) and not self.identifiers.isdisjoint(_tokens(text))
 
 
 _RUN = re.compile(r"[\w$]+")
 
 
 @functools.lru_cache(maxsize=256)
-def _path_pattern(paths: frozenset[str]) -> re.Pattern[str]:
+def _path_pattern(paths: frozenset[str]) -> tuple[re.Pattern[str], tuple[str, ...]]:
     """One search for every path and its basename (when ≥ 4 chars), each as a whole name: no
-    word char, ``.`` or ``-`` before it, no word char or ``-`` after it."""
+    word char, ``.`` or ``-`` before it, no word char or ``-`` after it; and the names a match
+    must contain."""
     names = set(paths) | {p.rsplit("/", 1)[-1] for p in paths
                           if len(p.rsplit("/", 1)[-1]) >= 4}
-    alternatives = "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
-    return re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])")
+    ordered = tuple(sorted(names, key=lambda n: (-len(n), n)))
+    alternatives = "|".join(re.escape(n) for n in ordered)
+    # For the substring pre-test, a name that contains another name adds nothing (a path
+    # contains its basename): only the minimal ones are tested.
+    minimal = tuple(n for n in ordered if not any(m != n and m in n for m in names))
+    return re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])"), minimal
 
 
 @functools.lru_cache(maxsize=4096)
@@ -239,7 +260,7 @@ class LocalJudge:
         if work.task.found_in(chunk, flat):
             return 0.9
         failed = item < len(context.failed) and context.failed[item]
-        if (context.phase == "mid-run" or failed) and _FAILURE.search(chunk.text):
+        if (context.phase == "mid-run" or failed) and _failure_in(chunk.text):
             return 0.8
         if len(matched) >= 2:
             return min(1.0, 0.55 + 0.1 * len(matched))
@@ -280,7 +301,31 @@ class _Work:
 
 
 def _union_terms(texts: Iterable[str]) -> frozenset[str]:
-    return frozenset().union(*(_terms(t) for t in texts if t))
+    return frozenset().union(*(_text_terms(t) for t in texts if t))
+
+
+# A work text whole, from its paragraphs: every segment of a pass weighs the same request, so it
+# is put together once a pass, not once a segment.
+@functools.lru_cache(maxsize=1024)
+def _text_evidence(text: str) -> Evidence:
+    return Evidence.union([_evidence(piece) for piece in _paragraphs(text)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_terms(text: str) -> frozenset[str]:
+    return frozenset().union(*(_terms(piece) for piece in _paragraphs(text)))
+
+
+def _paragraphs(text: str) -> list[str]:
+    """A work text in paragraphs, each read (and cached) on its own.
+
+    The run's request grows by a steering message per turn, so read whole it would be read
+    again every call. No word, token, path, backtick span or quote line crosses a line break,
+    so a text's words and evidence are the union of its paragraphs'; only a fenced block can
+    span paragraphs, so a text with a fence is read whole."""
+    if "```" in text or "\n\n" not in text:
+        return [text]
+    return text.split("\n\n")
 
 
 def _item_terms(chunk: Chunk, position: int, context: JudgeContext) -> frozenset[str]:
@@ -460,7 +505,7 @@ def scores_from_ids(ids: frozenset[int] | None, chunks: Sequence[Chunk]) -> dict
     return {c.index: 1.0 if c.index in ids else 0.0 for c in chunks}
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16_384)
 def _evidence(text: str) -> Evidence:
     """Evidence of one text, cached: see ``_terms``."""
     return Evidence.of_text(text)

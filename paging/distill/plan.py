@@ -38,6 +38,7 @@ from context_paging.paging.distill.conversation import (
     Message,
     assistant_count,
     assistant_texts,
+    calls_of,
     content_chars,
     dumps,
     images_of,
@@ -161,10 +162,10 @@ def plan_pass(
         if len(starts) < 2 or not _finished(messages, starts[-2], current):
             return None
         return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
-                     whole, reach)
+                     whole, reach, starts)
     if config.mid_run and _between_tool_turns(messages, current):
         return _plan(ids, messages, config, latest(decisions), "mid-run", current,
-                     len(messages), whole, reach)
+                     len(messages), whole, reach, starts)
     return None
 
 
@@ -198,35 +199,41 @@ def _settled(decision: Decision | None, phase: Phase, run_id: str) -> bool:
 def _plan(
     ids: list[str], messages: list[Message], config: DistillConfig,
     known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
-    reach: int = 0,
+    reach: int, starts: Sequence[int],
 ) -> Plan | None:
+    """The pass's plan; ``starts`` are the conversation's ``run_starts``. Counts and run starts
+    are read once here and handed to the steps that need them."""
     run_id = ids[start]
     skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
     youngest = None
+    run_turns = assistant_count(messages, start)
+    all_turns = run_turns + assistant_count(messages, 0, start)
     if phase == "mid-run":
-        youngest = assistant_count(messages, start) - 1 - config.mid_run_min_age_turns
+        youngest = run_turns - 1 - config.mid_run_min_age_turns
+    calls = calls_of(messages, start, end)  # read once for both sizes of output
     large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                            youngest=youngest, skip=skip, reach=reach)
+                            youngest=youngest, skip=skip, reach=reach, calls=calls)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
-    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip)
-    exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip)
-                 if config.prune_exchanges else [])
-    images = collect_images(messages, config.image_keep_turns, skip)
+    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip,
+                          calls=calls)
+    exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip,
+                                   starts=starts) if config.prune_exchanges else [])
+    images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns)
     if not (large or small or exchanges or images):
         return None  # the common case on the hot path: nothing measured
     sizes = tuple(content_chars(m) for m in messages)
     factor = FACTOR_WHOLE_CONTEXT if whole else FACTOR_PREFIX
     if phase == "mid-run":
-        tier = _tier(messages, start, config, large + small, exchanges, images, sizes, whole,
-                     factor)
+        tier = _tier(messages, run_turns, config, large + small, exchanges, images, sizes,
+                     whole, factor)
         if tier is None:
             return None
         exchanges, images = tier
     if not (large or small or exchanges or images):
         return None
     texts = assistant_texts(messages, start, end)
-    earlier = _history(messages, start, config.history_exchanges)
+    earlier = _history(messages, start, config.history_exchanges, starts)
     if phase == "run-end":
         question = Question(question_of(messages, start, end), answer=texts[-1] if texts else "",
                             notes="\n\n".join(texts[:-1]),
@@ -241,23 +248,23 @@ def _plan(
     if phase == "run-end" and (exchanges or images) and config.exchange_break_even and reach:
         reach = 0  # the gate weighs every edit: judge every output, with its full facts
         large = [*collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                                  youngest=youngest, skip=skip)] if large else []
+                                  youngest=youngest, skip=skip, calls=calls)] if large else []
     return Plan(phase, run_id, start, config, question,
                 tuple(_large(phase, config, item) for item in large if item.index >= reach),
                 tuple(small), tuple(exchanges), tuple(images), batches, members, prints, sizes,
-                assistant_count(messages), whole, factor,
+                all_turns, whole, factor,
                 tuple(item.index for item in large if item.index < reach))
 
 
 def _tier(
-    messages: list[Message], start: int, config: DistillConfig, outputs: list[OutputItem],
+    messages: list[Message], turns: int, config: DistillConfig, outputs: list[OutputItem],
     exchanges: list[Exchange], images: list[ImageItem], sizes: tuple[int, ...],
     whole: bool, factor: int,
 ) -> tuple[list[Exchange], list[ImageItem]] | None:
     """Upstream's checkpoint tiers: all exchanges and images; images only; only the images
-    after the last user message. The first that reaches the batch size and pays off wins."""
+    after the last user message. The first that reaches the batch size and pays off wins.
+    ``turns``: the run's assistant messages (the current turn + 1)."""
     batch = config.mid_run_batch_chars_openai if whole else config.mid_run_batch_chars
-    turns = assistant_count(messages, start)  # the current turn + 1
     last_user = max(i for i, m in enumerate(messages) if role(m) == "user")
     pending = sum(len(o.text) for o in outputs)
     recent = [im for im in images if im.index > last_user]
@@ -275,12 +282,13 @@ def _tier(
     return None
 
 
-def _history(messages: list[Message], start: int, count: int) -> dict:
+def _history(messages: list[Message], start: int, count: int, runs: Sequence[int]) -> dict:
     """Earlier conversation for the judges: the last ``count`` exchanges before the run, the
-    first request and the latest compaction summary (``count`` 0 sends none of them)."""
+    first request and the latest compaction summary (``count`` 0 sends none of them);
+    ``runs`` are the conversation's ``run_starts``."""
     if count <= 0:
         return {}
-    starts = [i for i in run_starts(messages) if i < start]
+    starts = [i for i in runs if i < start]
     bounds = [*starts, start]
     recent = []
     for a, b in list(zip(bounds, bounds[1:], strict=False))[-count:]:

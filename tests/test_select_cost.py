@@ -1,0 +1,304 @@
+"""The selector's and distillation's shortcuts answer byte for byte as the full computation.
+
+Issue 12 item 3: ``select_context`` reuses the normalization the server validated the request
+with, finds the remembered frontier without asking the history about every message, and the
+local judge rules chunks out with substring tests before running its patterns. Each shortcut
+is switched off by :func:`full_computation` (the code as it was: the selector normalizes on its
+own, the frontier search asks about every message, every pattern runs on every chunk). A
+service with the shortcuts, fed ``after_id`` calls, must give the same reply and leave the same
+state as a from-scratch service on the full computation fed the whole conversation each time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from context_paging.index import window as context
+from context_paging.index.ledger import Ledger
+from context_paging.index.window import ContextService, ContextSettings
+from context_paging.paging import select
+from context_paging.paging.distill import DistillConfig, chunk, conversation, items, judge, plan
+from context_paging.paging.distill.chunk import Chunk
+from context_paging.paging.distill.model import JudgeContext, Question
+from context_paging.paging.limits import ContextSelectionError
+from context_paging.paging.units import normalize
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+def words(text: str) -> int:
+    """A deterministic stand-in tokenizer, not proportional to characters."""
+    return len(text.split()) + len(text) // 7
+
+
+# Distillation at this test's scale: outputs of a few thousand characters are large, a
+# checkpoint judges once about 10,000 characters wait, exchanges and savings count sooner.
+DISTILL = DistillConfig(min_result_chars=1_500, min_run_chars=2_000, mid_run_batch_chars=10_000,
+                        mid_run_min_age_turns=2, exchange_min_saving_chars=1_000,
+                        small_result_min_chars=200)
+
+
+def service(home: Path, reference: bool, budget: int) -> ContextService:
+    svc = ContextService(Ledger(home), ContextSettings(token_budget=budget, distill=DISTILL),
+                         words)
+    svc.reference = reference
+    svc.spare_seconds = 0.0  # counting ahead only fills a cache; keep runs deterministic
+    return svc
+
+
+PATHS = ["src/a.py", "src/b.py", "lib/c.ts", "src/deep/d.py"]
+
+
+def turn(n: int, lines: int, path: str, answer: bool, failing: bool) -> list[dict]:
+    """A request, a read of ``path`` and its output (a failing test log when ``failing``); an
+    answer naming the path when asked."""
+    if failing:  # a test log: only the failures share anything with a question
+        body = "\n".join(f"case {i}: " + ("AssertionError: expected" if i % 9 == 0 else "ok")
+                         for i in range(lines))
+    else:
+        body = "\n".join(f"line {i}: value_{i % 7}={i * n} needle{n % 5}" for i in range(lines))
+    messages = [
+        {"role": "user", "content": f"request {n}: look at {path}", "timestamp": n * 4},
+        {"role": "assistant", "stopReason": "toolUse", "timestamp": n * 4 + 1, "content": [
+            {"type": "toolCall", "id": f"c{n}", "name": "read", "arguments": {"path": path}}]},
+        {"role": "toolResult", "toolCallId": f"c{n}", "toolName": "read", "isError": False,
+         "timestamp": n * 4 + 2, "content": [{"type": "text", "text": body}]},
+    ]
+    if answer:
+        messages.append({"role": "assistant", "stopReason": "stop", "timestamp": n * 4 + 3,
+                         "content": [{"type": "text", "text": f"`{path}` has needle{n % 5}"}]})
+    return messages
+
+
+def outcome(svc: ContextService, **kwargs) -> str:
+    """The reply (or the error) as canonical JSON, plus the state it leaves behind."""
+    try:
+        reply = svc.select("s", **kwargs)
+    except ContextSelectionError as exc:
+        reply = {"error": exc.code, "text": str(exc)}
+    return json.dumps([reply, svc.ledger.load_state("s")], sort_keys=True)
+
+
+def _apply_everywhere(self: select._Selector, frontier: select.Frontier):
+    """``_Selector.apply`` as it was: every message of every group is asked about."""
+    groups, key = self.groups, frontier.last_evicted
+    if frontier.kind == "partialTurn":
+        return original_apply(self, frontier)
+
+    def matches(index: int) -> bool:
+        role = select.role_of(self.messages[index])
+        if role not in ("assistant", "user") or self._key_id(index) != key.history_id:
+            return False
+        return key.tool_call_id is None or key.tool_call_id in select.tool_call_ids(
+            self.messages[index])
+
+    units = ([list(a) for a in groups.prefixes] if frontier.kind == "prefix"
+             else [select._flat(t) for t in groups.turns])
+    hits = [p for p, unit in enumerate(units) for i in unit if matches(i)]
+    if len(hits) != 1:
+        return None
+    if frontier.kind == "prefix":
+        turns = select.turn_units(groups.turns, self.costs)
+        return self._view(groups.prefixes[hits[0] + 1:], turns, groups.active)
+    return self._view((), select.turn_units(groups.turns[hits[0] + 1:], self.costs),
+                      groups.active)
+
+
+original_apply = select._Selector.apply
+
+
+def _run_starts_looking_back(messages: list[dict]) -> list[int]:
+    """``conversation.run_starts`` as it was: each user message looks back on its own."""
+    def steering(index: int) -> bool:
+        for earlier in reversed(messages[:index]):
+            if conversation.role(earlier) == "custom":
+                continue
+            if conversation.role(earlier) == "toolResult":
+                return True
+            return (bool(conversation.tool_calls(earlier))
+                    and not conversation.is_interrupted(earlier))
+        return False
+
+    return [i for i, m in enumerate(messages)
+            if conversation.role(m) == "user" and not steering(i)]
+
+
+def _grep_like_counting_all(lines: list[str]) -> bool:
+    """``chunk.is_grep_like`` as it was: every line is asked, then the share is compared."""
+    total = hits = 0
+    for line in lines:
+        if line.strip() and line != "--":
+            total += 1
+            hits += bool(chunk.grep_file(line))
+    return total >= 3 and hits / total >= 0.6
+
+
+@contextlib.contextmanager
+def full_computation():
+    """Every shortcut of this module's subject off (see the module docstring)."""
+    with pytest.MonkeyPatch.context() as patch:
+        selector = context.select_context
+        patch.setattr(context, "select_context",
+                      lambda *a, normalized=None, **k: selector(*a, **k))
+        patch.setattr(select._Selector, "apply", _apply_everywhere)
+        failure = judge._FAILURE
+        patch.setattr(judge, "_failure_in", lambda text: failure.search(text) is not None)
+        pattern = judge._path_pattern  # "" is in every text: the pattern always runs
+        patch.setattr(judge, "_path_pattern", lambda paths: (pattern(paths)[0], ("",)))
+        patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
+        # Work texts read whole, as one text, uncached.
+        patch.setattr(judge, "_text_evidence", judge.Evidence.of_text)
+        patch.setattr(judge, "_text_terms", judge._terms.__wrapped__)
+        patch.setattr(plan, "run_starts", _run_starts_looking_back)
+        patch.setattr(items, "run_starts", _run_starts_looking_back)
+        yield
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    turns=st.lists(st.tuples(st.integers(0, 160), st.sampled_from(PATHS), st.booleans(),
+                             st.booleans()), min_size=3, max_size=16),
+    budget=st.integers(200, 4_000),
+    steps=st.lists(st.integers(1, 4), min_size=2, max_size=5),
+    tail=st.booleans(),
+)
+def test_after_id_calls_answer_as_a_from_scratch_full_computation(
+        tmp_path_factory, turns, budget, steps, tail):
+    messages = [m for n, (lines, path, answer, failing) in enumerate(turns)
+                for m in turn(n, lines, path, answer, failing)]
+    fast = service(tmp_path_factory.mktemp("fast"), reference=False, budget=budget)
+    full = service(tmp_path_factory.mktemp("full"), reference=True, budget=budget)
+    # Each call sends the turns since the last one (and, with ``tail``, a request after them,
+    # which stays in the conversation as the bench's does); the full service gets it all.
+    upto, sent, last, whole = max(1, len(messages) - 4 * sum(steps)), 0, None, []
+    for grow in steps:
+        upto = min(len(messages), upto + 4 * grow)
+        new = messages[sent:upto] + ([{"role": "user", "content": "go on"}] if tail else [])
+        whole += new
+        args = {"fmt": "pi", "system": "sys", "token_budget": budget}
+        if last is None or "last_message_id" not in last:
+            got = outcome(fast, messages=whole, **args)
+        else:
+            got = outcome(fast, messages=new, after_id=last["last_message_id"], **args)
+        with full_computation():
+            assert got == outcome(full, messages=whole, **args)
+        last, sent = json.loads(got)[0], upto
+
+
+def test_the_property_reaches_distillation_and_cut_advances(tmp_path):
+    """The shapes above do exercise what the shortcuts touch: decisions (removals of
+    superseded reads among them) and a remembered cut that advances."""
+    turns = [turn(n, 140, PATHS[n % 2], n % 3 == 0, n == 5) for n in range(14)]
+    messages = [m for t in turns for m in t]
+    ends = [sum(len(t) for t in turns[:k]) for k in range(1, len(turns) + 1)]
+    svc = service(tmp_path, reference=False, budget=2_500)
+    frontiers, last, sent = [], None, 0
+    for upto in ends[5::2]:
+        tail = [{"role": "user", "content": f"go on after {upto}"}]
+        kwargs = {"messages": messages[:upto] + tail, "fmt": "pi"} if last is None else {
+            "messages": messages[sent:upto] + tail, "after_id": last["last_message_id"]}
+        last, sent = svc.select("s", **kwargs), upto
+        frontiers.append(json.dumps(last["frontier"], sort_keys=True))
+    actions = {d.action for d in svc.ledger.session("s").decisions}
+    assert {"remove", "keep"} <= actions
+    assert len(set(frontiers) - {"null"}) >= 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["x", " ", "\n", "FAIL", "FAILED", "Error", "error:", "ERROR",
+                                 "Traceback", "ValueException", "assertion", "panicked", "_",
+                                 "AssertionError", "errors", "Fail", "pani", "assert"]),
+                max_size=12).map("".join))
+def test_the_failure_pre_test_agrees_with_the_pattern(text):
+    assert judge._failure_in(text) == (judge._FAILURE.search(text) is not None)
+
+
+names = st.sampled_from(["src/a.py", "a.py", "lib/src/a.py", "b-a.py", "a.pyc", "x/y",
+                         "main.rs", "srcs/a.py", "./..", "é/ß.py", "-v.txt", "a_b/c.py"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.frozensets(names, min_size=1, max_size=4),
+       st.lists(names | st.sampled_from([" ", "\n", ".", "-", "/", ":", "$", "_", "é", "x"]),
+                max_size=10))
+def test_the_path_pre_test_agrees_with_the_pattern(paths, parts):
+    text = "".join(parts)
+    evidence = judge.Evidence(frozenset(), paths, frozenset())
+    chunk = Chunk(0, 0, 1, text)
+    pattern, _ = judge._path_pattern(paths)
+    assert evidence.found_in(chunk, text) == (pattern.search(text) is not None)
+
+
+def test_a_passed_normalization_is_the_one_the_selector_computes():
+    messages = [m for n in range(6) for m in turn(n, 30, "src/a.py", n % 2 == 0, False)]
+    messages.append({"role": "user", "content": "go on"})
+    kwargs = {"token_budget": 300, "resident_tokens": 10,
+              "estimates": [words(json.dumps(m)) for m in messages],
+              "notice_tokens": words}
+    assert (select.select_context(messages, **kwargs)
+            == select.select_context(messages, normalized=normalize(messages), **kwargs))
+    assert re.search("needle", json.dumps(messages))  # the builder is what the tests read
+
+
+lines = st.lists(st.sampled_from([
+    "src/a.py:3: value_1 = 2", "lib/c.ts ok", "see a.py", "case 4: AssertionError: expected",
+    "FAILED tests/test_x.py", "panicked at main.rs", "nothing here", "needle3 found",
+    "parseValue called", "Traceback (most recent call last):", "x-a.py", "srcs/a.py",
+    "nothing here at all", "so: look at src/a.py"]),
+    min_size=1, max_size=6).map("\n".join)
+texts = st.lists(st.sampled_from(["", "look at src/a.py", "fix `parseValue` in lib/c.ts",
+                                  "needle3 and main.rs", "> nothing here at all", "```",
+                                  "case 4: expected", "`src/a.py\n\nis` here", "\n",
+                                  "```py\n\nnothing here at all\n\n```"]),
+                 max_size=4).map("\n\n".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(lines, min_size=1, max_size=5), request=texts, answer=texts,
+       later=st.lists(st.sampled_from(["read src/a.py", "read lib/c.ts", "bash pytest"]),
+                      max_size=3),
+       phase=st.sampled_from(["mid-run", "run-end"]), superseded=st.booleans(),
+       failed=st.booleans())
+def test_the_local_judge_scores_as_with_every_pattern_run(chunks, request, answer, later, phase,
+                                                          superseded, failed):
+    question = Question(request, answer=answer, latest_note=answer)
+    context = JudgeContext("output", phase, ("read src/a.py",),
+                           ("src/a.py" if superseded else "",), (failed,), "read",
+                           '{"path":"src/a.py"}', tuple(later))
+    parts = tuple(Chunk(k, 0, 1, text) for k, text in enumerate(chunks))
+    fast = judge.LocalJudge().judge(question, parts, context)
+    with full_computation():
+        assert fast == judge.LocalJudge().judge(question, parts, context)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["a.ts:1:x", "a.ts-2-y", "--", "", " ", "b/c.py:30: z",
+                                 "plain words", "2024-05-01 12:00:01 log", "d.md:4:"]),
+                max_size=14))
+def test_grep_detection_stopping_early_agrees_with_counting_every_line(lines):
+    assert chunk.is_grep_like(lines) == _grep_like_counting_all(lines)
+
+
+shapes = st.sampled_from([
+    {"role": "user", "content": "u"}, {"role": "custom", "content": "c"},
+    {"role": "toolResult", "toolCallId": "t"}, {"role": "system", "content": "s"},
+    {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+    {"role": "assistant", "content": [{"type": "toolCall", "id": "t", "name": "read"}]},
+    {"role": "assistant", "stopReason": "aborted",
+     "content": [{"type": "toolCall", "id": "t", "name": "read"}]},
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(shapes, max_size=12))
+def test_run_starts_in_one_pass_are_the_ones_each_message_finds_looking_back(messages):
+    assert conversation.run_starts(messages) == _run_starts_looking_back(messages)
+    assert [i for i, m in enumerate(messages) if m["role"] == "user"
+            and conversation.is_steering(messages, i)] == [
+        i for i, m in enumerate(messages)
+        if m["role"] == "user" and i not in _run_starts_looking_back(messages)]
