@@ -106,6 +106,11 @@ class History:
         self.current_session = f"ledger:{check_session_id(session)}"
         return reply
 
+    def idle(self, seconds: float | None = None, stop: Callable[[], bool] | None = None) -> bool:
+        """Spare time after a select_context reply (``ContextService.idle``): True while work
+        is left."""
+        return self.context.idle(seconds, stop)
+
     def distill_plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
                      ephemeral: Sequence[int] = (), model: str | None = None,
                      after_id: str | None = None) -> Plan | None:

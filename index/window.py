@@ -128,7 +128,10 @@ class ContextService:
         # The reference path: count every message exactly before selecting (as before the
         # window-proportional counting); tests compare the two.
         self.reference = False
-        self.spare_seconds = 0.005  # per call: exact counting of older messages, ahead of need
+        # Exact counting of older messages ahead of need runs between calls (:meth:`idle`), at
+        # most this long each time unless the caller says otherwise.
+        self.spare_seconds = 0.005
+        self._ahead: tuple[Request, dict[int, Distilled], set[int]] | None = None
 
     def notice_tokens(self, text: str) -> float:
         return self.estimates.notice(text)
@@ -340,8 +343,8 @@ class ContextService:
 
     def remember(self, call: _Call, chosen: _Chosen, reply: dict[str, Any]) -> None:
         """Store the call's new decisions, save the session's state for the next call (what
-        was sent, the cut, usage, pace), keep the reply's figures, and spend spare time counting
-        uncounted views ahead."""
+        was sent, the cut, usage, pace), keep the reply's figures, and leave the views it did not
+        count for :meth:`idle` to count ahead (after the reply is out, not inside the call)."""
         request, state, shown, selection = call.request, call.state, chosen.shown, chosen.selection
         estimates, calibration = chosen.estimates, chosen.calibration
         assert selection is not None
@@ -370,8 +373,24 @@ class ContextService:
             "input_messages": len(request.messages), "returned_messages": len(reply["messages"]),
             "calibrated": calibration is not None,
         }
-        if chosen.lazy:
-            self.estimates.ahead(request, shown.distilled, chosen.lazy, self.spare_seconds)
+        # Only the newest call's views: an older request's are its prefix (or another session's).
+        self._ahead = (request, shown.distilled, set(chosen.lazy)) if chosen.lazy else None
+
+    def idle(self, seconds: float | None = None, stop: Callable[[], bool] | None = None) -> bool:
+        """Spare time between calls: count the last call's uncounted views, newest first, for
+        at most ``seconds`` (default ``spare_seconds``; ``math.inf``: until done), asking ``stop``
+        before each count. It only fills the estimate cache (a later call that reaches those
+        views, or calibrates, finds them counted), so every reply is the same with or without
+        it. Returns whether work is left. The caller holds whatever lock guards :meth:`select`
+        (the MCP server runs this after writing a reply, yielding to the next request)."""
+        if self._ahead is None:
+            return False
+        request, distilled, lazy = self._ahead
+        self.estimates.ahead(request, distilled, lazy,
+                             self.spare_seconds if seconds is None else seconds, stop)
+        if not lazy:
+            self._ahead = None
+        return self._ahead is not None
 
     # --- planning for the sampling judge ----------------------------------------------------
 

@@ -5,7 +5,8 @@ key when distillation replaced it), so a call pays counting only for messages it
 Counting runs from the newest view back and, given a ``reach``, stops once the counted views
 exceed it: older views the cache does not hold get 0, a lower bound, and are reported as
 uncounted (``index.window`` selects on these figures and recounts everything when the window
-kept an uncounted view). Spare time after a call counts some of them ahead.
+kept an uncounted view). Idle time between calls counts some of them ahead (``ahead``, run by
+``ContextService.idle``, never inside a call).
 """
 
 from __future__ import annotations
@@ -92,14 +93,17 @@ class Estimates:
         return value
 
     def ahead(self, request: Request, distilled: Mapping[int, Any], lazy: set[int],
-              seconds: float) -> None:
-        """Spend at most ``seconds`` counting uncounted views, newest first, so later calls
-        (calibration, a longer window) find them in the cache."""
+              seconds: float, stop: Callable[[], bool] | None = None) -> None:
+        """Spend at most ``seconds`` (``math.inf``: no limit) counting uncounted views, newest
+        first, so later calls (calibration, a longer window) find them in the cache. Each view
+        counted is taken out of ``lazy``; ``stop`` is asked before each count (a request is
+        waiting). It only fills the cache: a call's answer is the same with or without it."""
         deadline = time.perf_counter() + seconds
         last = 0.0  # the previous count's time: a count that would not fit is not started
         for index in sorted(lazy, reverse=True):
             now = time.perf_counter()
-            if now + last >= deadline:
+            if now + last >= deadline or (stop is not None and stop()):
                 return
             self.view(index, request, distilled)
+            lazy.discard(index)
             last = time.perf_counter() - now

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -166,9 +167,10 @@ def full_computation():
     budget=st.integers(200, 4_000),
     steps=st.lists(st.integers(1, 4), min_size=2, max_size=5),
     tail=st.booleans(),
+    ahead=st.one_of(st.none(), st.integers(0, 30)),
 )
 def test_after_id_calls_answer_as_a_from_scratch_full_computation(
-        tmp_path_factory, turns, budget, steps, tail):
+        tmp_path_factory, turns, budget, steps, tail, ahead):
     messages = [m for n, (lines, path, answer, failing) in enumerate(turns)
                 for m in turn(n, lines, path, answer, failing)]
     fast = service(tmp_path_factory.mktemp("fast"), reference=False, budget=budget)
@@ -188,6 +190,9 @@ def test_after_id_calls_answer_as_a_from_scratch_full_computation(
         with full_computation():
             assert got == outcome(full, messages=whole, **args)
         last, sent = json.loads(got)[0], upto
+        # Spare time between calls (counting ahead, until done or stopped after some views).
+        asked = iter(range(10**9))
+        fast.idle(math.inf, None if ahead is None else lambda: next(asked) >= ahead)
 
 
 def test_the_property_reaches_distillation_and_cut_advances(tmp_path):

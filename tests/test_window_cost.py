@@ -8,6 +8,7 @@ computation does: ``ContextService.reference = True`` counts every message befor
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -74,9 +75,10 @@ calls = st.lists(st.tuples(st.integers(1, 12), st.booleans()), min_size=1, max_s
     window=st.one_of(st.none(), st.integers(150, 6_000)),
     steps=calls,
     tail=st.sampled_from(["user", "none"]),
+    ahead=st.one_of(st.none(), st.integers(0, 30)),
 )
 def test_window_proportional_counting_answers_as_the_full_computation(
-        tmp_path_factory, sizes, answers, budget, trim, window, steps, tail):
+        tmp_path_factory, sizes, answers, budget, trim, window, steps, tail, ahead):
     messages = conversation(sizes, answers[: len(sizes)])
     if tail == "user":
         messages.append({"role": "user", "content": "summarize"})
@@ -92,6 +94,33 @@ def test_window_proportional_counting_answers_as_the_full_computation(
         shutil.copytree(home, copy, dirs_exist_ok=True)
         full = service(copy, reference=True, budget=budget)
         assert outcome(fast, **args) == outcome(full, **args)
+        spare_time(fast, ahead)
+
+
+def spare_time(svc: ContextService, counts: int | None) -> None:
+    """The idle step between calls: counting ahead until done (None), or stopped after
+    ``counts`` views (as a request arriving stops it in the server)."""
+    asked = iter(range(10**9))
+    svc.idle(math.inf, None if counts is None else lambda: next(asked) >= counts)
+
+
+def test_idle_counts_the_views_a_call_left_uncounted_and_stops_when_asked(tmp_path):
+    messages = conversation([200] * 30, [True] * 30) + [{"role": "user", "content": "next"}]
+    svc = service(tmp_path, False, 400)
+    svc.select("s", messages, fmt="pi")
+    counted = len(svc.estimates.cache)
+    assert svc.idle(math.inf, lambda: True)  # a request is waiting: nothing counted, work left
+    assert len(svc.estimates.cache) == counted
+    assert svc.idle(0.0)  # no spare time: nothing counted either
+    assert len(svc.estimates.cache) == counted
+    stops = iter([False, False, True])
+    assert svc.idle(math.inf, lambda: next(stops))
+    assert len(svc.estimates.cache) == counted + 2
+    assert not svc.idle(math.inf)  # until done
+    full = service(tmp_path / "full", True, 400)
+    full.select("s", messages, fmt="pi")
+    assert svc.estimates.cache == full.estimates.cache
+    assert not svc.idle(math.inf)  # nothing left to do
 
 
 def test_an_uncounted_message_never_reaches_the_window(tmp_path):
