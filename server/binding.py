@@ -16,6 +16,7 @@ import anyio.to_thread
 from context_paging.index.service import History
 from context_paging.server.config import Settings
 from context_paging.server.errors import Failure, failure
+from context_paging.server.idle import Idler
 from context_paging.server.sampling import Sampler
 from mcp.types import CallToolResult, TextContent
 
@@ -41,6 +42,9 @@ class Deps:
     # index commit finishes before the process exits.
     lock: threading.Lock
     sampler: Sampler
+    # Spare-time work after select_context replies (server/idle.py); it yields the lock to
+    # any call waiting for it.
+    idler: Idler | None = None
 
     async def run(self, fn: Callable[..., T], *args: Any, recovery: bool = True,
                   **kwargs: Any) -> T:
@@ -51,8 +55,18 @@ class Deps:
                               "([paging] enabled = false); the recovery tools are off")
 
         def locked() -> T:
-            with self.lock:
+            if self.idler is None:
+                with self.lock:
+                    return fn(*args, **kwargs)
+            self.idler.enter()  # idle work under way stops at its next count
+            try:
+                self.lock.acquire()
+            finally:
+                self.idler.leave()
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                self.lock.release()
 
         return await anyio.to_thread.run_sync(locked)
 

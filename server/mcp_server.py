@@ -27,6 +27,7 @@ from context_paging.index.window import ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.server.binding import Deps, ToolFailure, bind
 from context_paging.server.config import Settings
+from context_paging.server.idle import Idler
 from context_paging.server.results import (
     BrowseResult,
     LoadResult,
@@ -312,6 +313,8 @@ async def select_context(
         usage=usage.model_dump(exclude_none=True) if usage else None,
         ephemeral=ephemeral or (), judge=judge, after_id=after_id, recovery=False,
     )
+    if deps.idler is not None:
+        deps.idler.due()  # counting ahead, once this reply is written (server/idle.py)
     return _reply(SelectContextResult(**reply))
 
 
@@ -388,11 +391,14 @@ def create_server(settings: Settings, history: History | None = None,
     tool_set = tools or settings.get("server", "tools")
     if tool_set not in TOOL_SETS:
         raise ValueError(f"tools must be one of {TOOL_SETS}, not {tool_set!r}")
-    deps = Deps(history, settings, threading.Lock(), Sampler(history.distill_config))
+    lock = threading.Lock()
+    deps = Deps(history, settings, lock, Sampler(history.distill_config),
+                Idler(history.idle, lock))
     server = MCPServer("context-paging", instructions=INSTRUCTIONS, version=__version__,
                        log_level="WARNING")
     server.history = history  # type: ignore[attr-defined]  # for tests and the ledger
     server.history_lock = deps.lock  # type: ignore[attr-defined]
+    server.idler = deps.idler  # type: ignore[attr-defined]  # serve kicks it after each write
     for row in TOOLS:
         if tool_set not in row.sets:
             continue

@@ -32,7 +32,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from io import TextIOWrapper
@@ -277,6 +277,7 @@ class _Stdout:
 
     def __init__(self, fd: int) -> None:
         self._file = os.fdopen(fd, "wb", closefd=False)
+        self.after_write: Callable[[], None] | None = None  # the server's spare-time kick
 
     async def write(self, text: str) -> None:
         await anyio.to_thread.run_sync(self._send, text)
@@ -284,6 +285,8 @@ class _Stdout:
     def _send(self, text: str) -> None:
         self._file.write(text.encode("utf-8"))
         self._file.flush()
+        if self.after_write is not None:
+            self.after_write()  # the reply is out: idle work may start (server/idle.py)
 
     async def flush(self) -> None:
         return None  # every write flushed already
@@ -323,6 +326,10 @@ async def serve_stdio(server: MCPServer, max_request_bytes: int) -> None:
     stdin = _Stdin(max_request_bytes)
     _widen_pipe(0)  # a large request comes in with fewer wake-ups of the reading thread
     with _wire_stdout() as stdout:
+        idler = getattr(server, "idler", None)
+        if stdout is not None and idler is not None:
+            stdout.after_write = idler.kick
+            idler.hooked = True
         async with stdio_server(stdin=stdin, stdout=stdout) as (  # type: ignore[arg-type]
                 read_stream, write_stream):
             lowlevel = server._lowlevel_server  # the SDK's own run_stdio_async does the same
