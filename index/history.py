@@ -390,6 +390,20 @@ class LedgerHistory:
         self.last = items[-1] if items else None
         self._owner: dict[int, tuple[str, str, str]] | None = None  # built when first asked
 
+    def indexes_of(self, history_id: str) -> list[int]:
+        """The views whose ``key_of`` can name ``history_id``: those of its host message (a
+        scan in C of the ids, not a pass in Python over every view)."""
+        ids, parts = self.request.ids, self.request.views.parts
+        found: list[int] = []
+        source = -1
+        while True:
+            try:
+                source = ids.index(history_id, source + 1)
+            except ValueError:
+                return found
+            first = sum(parts[:source])  # views come in host-message order, parts[k] each
+            found.extend(range(first, first + parts[source]))
+
     def key_of(self, index: int) -> CutKey | None:
         history_id = self.request.history_id(index)
         role = self.request.roles[index]

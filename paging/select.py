@@ -298,15 +298,27 @@ class _Selector:
             return False
         return self._key_id(index) == key.history_id
 
+    def _matching(self, key: CutKey, assistant_only: bool = False) -> Callable[[int], bool]:
+        """``_matches`` for one key. A history that lists the messages carrying a history id
+        (``indexes_of``, optional to ``RawHistory``) lets it be a set lookup: only those can
+        match (``_key_id`` is that id), so the frontier is found without asking about every
+        message of the conversation."""
+        indexes_of = getattr(self.raw, "indexes_of", None)
+        if indexes_of is None:
+            return lambda i: self._matches(i, key, assistant_only)
+        found = {i for i in indexes_of(key.history_id) if self._matches(i, key, assistant_only)}
+        return found.__contains__
+
     def apply(self, frontier: Frontier) -> View | None:
         """The groups after a remembered frontier, or None if it is not exactly once there."""
         groups, key = self.groups, frontier.last_evicted
         if frontier.kind != "partialTurn":
             units = [(a,) for a in groups.prefixes] if frontier.kind == "prefix" else groups.turns
+            matches = self._matching(key)
             hits = []
             for p, unit in enumerate(units):
                 for atom in unit:
-                    hits.extend(p for i in atom if self._matches(i, key))
+                    hits.extend(p for i in atom if matches(i))
                 if len(hits) > 1:
                     return None  # not exactly once there, whatever follows
             if len(hits) != 1:
@@ -316,18 +328,19 @@ class _Selector:
                 return self._view(groups.prefixes[hits[0] + 1 :], turns, groups.active)
             later = turn_units(groups.turns[hits[0] + 1 :], self.costs)
             return self._view((), later, groups.active)
+        matches = self._matching(key, assistant_only=True)
         candidates = [
             (t, a)
             for t, turn in enumerate(groups.turns)
             for a, atom in enumerate(turn)
-            if self._matches(atom[0], key, assistant_only=True)
+            if matches(atom[0])
         ]
         active = groups.active
         if active is not None:
             candidates.extend(
                 (None, e)
                 for e, atom in enumerate(active.exchanges)
-                if self._matches(atom[0], key, assistant_only=True)
+                if matches(atom[0])
             )
         if len(candidates) != 1:
             return None

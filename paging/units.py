@@ -313,7 +313,9 @@ class CutState:
 
 
 class RawHistory(Protocol):
-    """What the selector needs to know about stored history (the server's ledger)."""
+    """What the selector needs to know about stored history (the server's ledger). A history
+    may also offer ``indexes_of(history_id) -> Iterable[int]``, every message whose
+    ``key_of`` names that id (the selector then finds a frontier without a full scan)."""
 
     def key_of(self, index: int) -> CutKey | None:
         """Cut key of ``messages[index]`` (user/assistant only); None if unknown or ambiguous."""

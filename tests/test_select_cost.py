@@ -307,3 +307,50 @@ def test_run_starts_in_one_pass_are_the_ones_each_message_finds_looking_back(mes
             and conversation.is_steering(messages, i)] == [
         i for i, m in enumerate(messages)
         if m["role"] == "user" and i not in _run_starts_looking_back(messages)]
+
+
+def _history_for(messages: list[dict], fmt: str):
+    from context_paging.index.history import LedgerHistory
+    from context_paging.index.ledger import fingerprint
+    from context_paging.paging.request import read
+
+    request = read(messages, fmt, [], lambda skip: [None if i in skip else fingerprint(m)
+                                                   for i, m in enumerate(messages)])
+    return request, LedgerHistory(request, [])
+
+
+@pytest.mark.parametrize("fmt,messages", [
+    ("anthropic", [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "reading"},
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}]},
+        {"role": "user", "content": [  # a mixed user message: several views
+            {"type": "tool_result", "tool_use_id": "t1", "content": "A"},
+            {"type": "text", "text": "and now b"}]},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "hi"}]),
+    ("openai", [
+        {"role": "system", "content": "resident"},
+        {"role": "user", "content": "list"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+        {"role": "user", "content": "list"}]),
+    ("responses", [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "r1", "summary": []},
+        {"type": "function_call", "call_id": "f1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": "x"},
+        {"role": "user", "content": "again"}]),
+])
+def test_the_ledger_history_lists_a_history_ids_views_as_a_full_scan_does(fmt, messages):
+    """``LedgerHistory.indexes_of`` (the selector's frontier search) finds exactly the views
+    whose host message has the id, in every format (several views per message, resident
+    messages without views, runs of Responses items)."""
+    request, history = _history_for(messages, fmt)
+    views = range(len(request.views.views))
+    for history_id in {*request.ids, "m-unknown"} - {None}:
+        assert history.indexes_of(history_id) == [
+            i for i in views if request.history_id(i) == history_id]
+    assert any(len(history.indexes_of(h)) > 1 for h in request.ids if h) == (fmt == "anthropic")
