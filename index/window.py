@@ -25,6 +25,7 @@ The cut is reset when the model or its window changes (upstream resets on a mode
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -54,6 +55,8 @@ from context_paging.paging.select import CutState, Selection, select_context
 from context_paging.paging.stubs import merge_stubs
 
 __all__ = ["ContextService", "ContextSettings", "Distilled", "LedgerHistory", "provider_of"]
+
+_REQUESTS = 16  # sessions whose last request is kept for the next one to build on
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class ContextService:
         self.distiller = Distiller(settings.distill, self.count_text)
         self.latest: dict[str, dict[str, Any]] = {}  # per session: the last reply's figures
         self._fingerprints = FingerprintMemo()
+        self._requests: OrderedDict[str, Request] = OrderedDict()  # per session: the last one
         # The reference path: count every message exactly before selecting (as before the
         # window-proportional counting); tests compare the two.
         self.reference = False
@@ -146,8 +150,9 @@ class ContextService:
         if after_id is not None:
             messages, fmt, ephemeral, stored = expand(self.ledger.session(session), after_id,
                                                       messages, fmt, ephemeral)
+        ref = self.ledger.session(session).ref
         return read(messages, fmt, ephemeral, lambda skip: self._fingerprints.fingerprints(
-            self.ledger.session(session).ref, messages, skip, stored), stored, validate)
+            ref, messages, skip, stored), stored, validate, self._requests.get(ref))
 
     # --- the call ---------------------------------------------------------------------------
 
@@ -191,6 +196,11 @@ class ContextService:
         ledger = self.ledger.session(session)
         ledger.append(request.messages, request.ids, request.format, durable=False)
         self._fingerprints.remember(request.ids, request.fingerprints)
+        # The next request of the session reuses what this one derived for their shared start.
+        self._requests[ledger.ref] = request
+        self._requests.move_to_end(ledger.ref)
+        while len(self._requests) > _REQUESTS:
+            self._requests.popitem(last=False)
         return ledger
 
     def begin(self, ledger: LedgerSession, request: Request, system: Any, tools: Any,

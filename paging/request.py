@@ -35,19 +35,36 @@ Prints = Callable[[Collection[int]], Sequence[str | None]]
 Entry = tuple[str, dict[str, Any]]
 
 
-def chain_ids(fingerprints: Sequence[str | None]) -> list[str | None]:
+def chain_ids(fingerprints: Sequence[str | None],
+              earlier: Request | None = None) -> list[str | None]:
     """History ids for a conversation: ``id = H(parent id, fingerprint)``, so a re-sent prefix
     gets the same ids and an edit starts a new branch. ``None`` fingerprints (outgoing-only
-    messages) get no id and take no part in the chain."""
-    ids: list[str | None] = []
-    previous = ""
-    for fp in fingerprints:
+    messages) get no id and take no part in the chain. ``earlier``: a request whose ids are
+    taken as they are for the fingerprints it shares at the start (an id depends only on the
+    fingerprints up to it)."""
+    same = 0 if earlier is None else _common_start(fingerprints, earlier.fingerprints)
+    ids: list[str | None] = list(earlier.ids[:same]) if earlier is not None else []
+    previous = next((i for i in reversed(ids) if i is not None), "")
+    for fp in fingerprints[same:]:
         if fp is None:
             ids.append(None)
             continue
         previous = "m" + hashlib.blake2b(f"{previous}:{fp}".encode(), digest_size=10).hexdigest()
         ids.append(previous)
     return ids
+
+
+def _common_start(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` share: slices compared in C, halving the
+    length on a mismatch (a whole shared prefix, the usual case, costs one comparison)."""
+    low, high = 0, min(len(a), len(b))  # a[:low] == b[:low]; the answer is at most high
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,16 +143,30 @@ def parse(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int]) -> tuple[
 
 
 def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Prints,
-         stored: Sequence[str] = (), validate: bool = False) -> Request:
+         stored: Sequence[str] = (), validate: bool = False,
+         earlier: Request | None = None) -> Request:
     """The request value. ``prints(skip)``: the fingerprint of every host message, None for the
     skipped ones. ``validate``: check the exchanges first (``paging.units.normalize``), so a
     malformed request is refused before its fingerprints are taken or anything is stored
-    (specs/paging.md §1.5); the result is kept for the selector."""
+    (specs/paging.md §1.5); the result is kept for the selector.
+
+    ``earlier``: the same session's previous request. What it derived for the leading messages
+    both share is reused instead of derived again (the value is the same either way;
+    tests/test_select_cost.py proves it against reading from scratch): its ids for the shared
+    fingerprints, and, for the leading ``stored`` messages of an ``after_id`` request whose ids
+    it holds, its normalization and per-view fields."""
     fmt, views = parse(messages, fmt, ephemeral)
-    normalized = normalize([v.message for v in views.views]) if validate else None
+    same = _shared_views(views, stored, earlier)
+    vms = [v.message for v in views.views]
+    normalized = None
+    if validate:
+        known = None
+        if same and earlier is not None and earlier.normalized is not None:
+            known = (earlier.normalized, same)
+        normalized = normalize(vms, known)
     skip = frozenset(ephemeral) | frozenset(views.resident)
     fingerprints = tuple(prints(skip))
-    ids = tuple(chain_ids(fingerprints))
+    ids = tuple(chain_ids(fingerprints, earlier))
     n = len(views.views)
     outgoing = [False] * n
     keys: list[str | None] = [None] * n
@@ -143,7 +174,14 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
     interrupted = [False] * n
     positions: list[int] = []
     entries: list[Entry] = []
-    for index, view in enumerate(views.views):
+    if same and earlier is not None:  # every view before ``same`` is stored, in both
+        outgoing[:same] = earlier.outgoing[:same]
+        keys[:same] = earlier.keys[:same]
+        roles[:same] = earlier.roles[:same]
+        interrupted[:same] = earlier.interrupted[:same]
+        positions[:] = range(same)
+        entries[:] = zip((ids[v.source] for v in views.views[:same]), vms[:same])
+    for index, view in enumerate(views.views[same:], same):
         message = view.message
         roles[index] = str(message.get("role"))
         # as calibration has always read it: the stop reason alone, whatever the role
@@ -158,3 +196,20 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
     return Request(tuple(messages), fmt, views, skip, fingerprints, ids, tuple(stored),
                    tuple(outgoing), tuple(keys), tuple(roles), tuple(interrupted),
                    tuple(positions), tuple(entries), normalized)
+
+
+def _shared_views(views: Views, stored: Sequence[str], earlier: Request | None) -> int:
+    """How many leading views are those of ``earlier`` (0: none known): the views of the
+    leading ``stored`` messages of an ``after_id`` request when ``earlier`` holds the same ids
+    there, all of them stored (so none outgoing there). Ids are a hash chain, so the same id
+    means the same messages up to it; a view depends only on its message and those before it
+    in every format but Responses, whose runs of items can grow with later items."""
+    count = len(stored)
+    if (earlier is None or not count or views.format == "responses"
+            or earlier.format != views.format or len(earlier.ids) < count
+            or earlier.ids[count - 1] != stored[-1] or earlier.ids[:count] != tuple(stored)):
+        return 0
+    same = sum(views.parts[:count])
+    if sum(earlier.views.parts[:count]) != same or any(earlier.outgoing[:same]):
+        return 0
+    return same

@@ -29,6 +29,7 @@ stored history identifies an evicted unit across calls (§5.9).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -78,12 +79,18 @@ def _exchange(messages: Sequence[Mapping[str, Any]], roles: Sequence[Any], index
     return tuple(range(index, end))
 
 
-def normalize(messages: Sequence[Mapping[str, Any]]) -> Normalized:
-    """Validate every exchange and drop the interrupted ones (§5.4)."""
-    roles = [message.get("role") for message in messages]
-    atoms: list[Atom] = []
-    dropped: list[int] = []
-    index = 0
+def normalize(messages: Sequence[Mapping[str, Any]],
+              known: tuple[Normalized, int] | None = None) -> Normalized:
+    """Validate every exchange and drop the interrupted ones (§5.4).
+
+    ``known = (earlier, same)``: ``earlier`` is the normalization of a list whose first
+    ``same`` messages are these ones (an earlier request of the conversation). An atom's
+    validity and extent depend only on its own messages and the role of the one after it, so
+    every atom of ``earlier`` before the last one starting within ``same`` holds here too; only
+    the rest is walked. The result is the same as without ``known``."""
+    start, atoms, dropped = _known_prefix(known)
+    roles = [None] * start + [message.get("role") for message in messages[start:]]
+    index = start
     while index < len(messages):
         role = roles[index]
         if role == "toolResult":
@@ -96,6 +103,21 @@ def normalize(messages: Sequence[Mapping[str, Any]]) -> Normalized:
         (dropped.extend if is_interrupted(messages[index]) else atoms.append)(atom)
         index = atom[-1] + 1
     return Normalized(tuple(atoms), tuple(dropped))
+
+
+def _known_prefix(known: tuple[Normalized, int] | None) -> tuple[int, list[Atom], list[int]]:
+    """(where to walk from, the kept atoms and dropped indexes before it) of ``normalize``'s
+    ``known``: the start of the last kept atom that starts within the unchanged messages (it
+    may grow: results can follow it); every atom before it ends before it."""
+    if known is None or known[1] <= 0:
+        return 0, [], []
+    earlier, same = known
+    position = bisect.bisect_right(earlier.atoms, same - 1, key=lambda atom: atom[0]) - 1
+    if position <= 0:
+        return 0, [], []
+    start = earlier.atoms[position][0]
+    dropped = earlier.dropped[: bisect.bisect_left(earlier.dropped, start)]
+    return start, list(earlier.atoms[:position]), list(dropped)
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,9 @@ def full_computation():
         patch.setattr(judge, "_text_terms", judge._terms.__wrapped__)
         patch.setattr(plan, "run_starts", _run_starts_looking_back)
         patch.setattr(items, "run_starts", _run_starts_looking_back)
+        # Each request read from scratch, not built on the session's previous one.
+        reader = context.read
+        patch.setattr(context, "read", lambda *args: reader(*args[:6]))
         yield
 
 
@@ -354,3 +357,102 @@ def test_the_ledger_history_lists_a_history_ids_views_as_a_full_scan_does(fmt, m
         assert history.indexes_of(history_id) == [
             i for i in views if request.history_id(i) == history_id]
     assert any(len(history.indexes_of(h)) > 1 for h in request.ids if h) == (fmt == "anthropic")
+
+
+def _message(kind: str, n: int) -> dict:
+    """One message of a small alphabet: requests, answers, calls (interrupted or not), results
+    for call ``c<n>`` (which may answer no open call: an invalid request)."""
+    if kind == "user":
+        return {"role": "user", "content": f"u{n}"}
+    if kind == "answer":
+        return {"role": "assistant", "stopReason": "stop", "content": [{"type": "text",
+                                                                         "text": f"a{n}"}]}
+    if kind in ("call", "aborted"):
+        return {"role": "assistant", "stopReason": "aborted" if kind == "aborted" else "toolUse",
+                "content": [{"type": "toolCall", "id": f"c{n}", "name": "read",
+                             "arguments": {}}]}
+    return {"role": "toolResult", "toolCallId": f"c{n}", "toolName": "read", "isError": False,
+            "content": [{"type": "text", "text": f"r{n}"}]}
+
+
+KINDS = st.sampled_from(["user", "answer", "call", "aborted", "result"])
+CALLS = st.integers(0, 2)
+
+
+def _structure(messages: list[dict], **known):
+    try:
+        return normalize(messages, **known)
+    except ContextSelectionError as exc:
+        return str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(KINDS, CALLS), max_size=14), st.lists(st.tuples(KINDS, CALLS),
+                                                                  max_size=6),
+       st.lists(st.tuples(KINDS, CALLS), max_size=6), st.integers(0, 14))
+def test_normalizing_on_an_earlier_requests_atoms_is_normalizing_from_scratch(
+        shared, before, after, cut):
+    """``normalize(messages, (earlier, same))`` equals ``normalize(messages)`` whenever the
+    first ``same`` messages are the earlier request's (the earlier one went on differently)."""
+    shared = [_message(kind, n) for kind, n in shared]
+    earlier = shared + [_message(kind, n) for kind, n in before]
+    now = shared + [_message(kind, n) for kind, n in after]
+    first = _structure(earlier)
+    if isinstance(first, str):
+        return  # a request the server refused leaves nothing to build on
+    same = min(cut, len(shared))
+    assert _structure(now, known=(first, same)) == _structure(now)
+
+
+@pytest.mark.parametrize("fmt", ["pi", "anthropic", "openai", "responses"])
+def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt):
+    """``paging.request.read`` with ``earlier`` (the session's previous request) gives the same
+    value as without, for an ``after_id`` request, in every format."""
+    from context_paging.index.ledger import fingerprint
+    from context_paging.paging.request import _shared_views, read
+
+    conversations = {
+        "pi": [_message(k, n) for k, n in [("user", 0), ("call", 1), ("result", 1),
+                                           ("aborted", 2), ("answer", 0), ("user", 1),
+                                           ("call", 2), ("result", 2), ("user", 2)]],
+        "anthropic": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "read", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "content": "A"}, {"type": "text", "text": "more"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t2", "name": "read", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2",
+                                          "content": "B"}]},
+            {"role": "user", "content": "next"}],
+        "openai": [
+            {"role": "user", "content": "list"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "list"}],
+        "responses": [
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "f1", "name": "ls", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "f1", "output": "x"},
+            {"role": "user", "content": "again"}],
+    }
+    messages = conversations[fmt]
+
+    def prints(batch):
+        return lambda skip: [None if i in skip else fingerprint(m) for i, m in enumerate(batch)]
+
+    reused = valid = 0
+    for upto in range(1, len(messages)):
+        try:
+            earlier = read(messages[:upto], fmt, [], prints(messages[:upto]), validate=True)
+        except ContextSelectionError:
+            continue  # a call without its results yet: refused, nothing to build on
+        valid += 1
+        stored = list(earlier.ids)
+        built = read(messages, fmt, [], prints(messages), stored, True, earlier)
+        assert built == read(messages, fmt, [], prints(messages), stored, True)
+        reused += bool(_shared_views(built.views, stored, earlier))
+    assert valid >= 2 and reused == (0 if fmt == "responses" else valid)
