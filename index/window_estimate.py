@@ -56,19 +56,40 @@ class Estimates:
         out = [0.0] * len(views)
         lazy: set[int] = set()
         total = 0.0
-        counting = True
-        for index in range(len(views) - 1, -1, -1):
-            value = None if index in deferred else self.view(index, request, distilled, counting)
+        index = len(views) - 1
+        while index >= 0:
+            value = None if index in deferred else self.view(index, request, distilled)
             if value is None:
                 lazy.add(index)
             else:
                 out[index] = value
                 total += value
+            index -= 1
             # Past the reach, stop after a request: whole turns leave the window, so the turn
             # that crosses the reach is counted to its start.
-            if reach is not None and total > reach and roles[index] == "user":
-                counting = False
+            if reach is not None and total > reach and roles[index + 1] == "user":
+                break
+        self._cached(request, distilled, deferred, index, out, lazy)
         return out, lazy
+
+    def _cached(self, request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
+                index: int, out: list[float], lazy: set[int]) -> None:
+        """Views ``index`` down to 0, past the reach: cached estimates only, else uncounted.
+        :meth:`view` with ``count`` false, inlined: this loop runs over all of the history on
+        every call, the rest only over the window."""
+        views, prints, get = request.views.views, request.fingerprints, self.cache.get
+        while index >= 0:
+            if index in distilled or index in deferred:
+                value = None if index in deferred else self.view(index, request, distilled, False)
+            else:
+                view = views[index]
+                fp = prints[view.source]
+                value = None if fp is None else get((fp, view.part))
+            if value is None:
+                lazy.add(index)
+            else:
+                out[index] = value
+            index -= 1
 
     def view(self, index: int, request: Request, distilled: Mapping[int, Any],
              count: bool = True) -> float | None:
