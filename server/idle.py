@@ -4,8 +4,8 @@
 cache, so no reply changes). Inside the call it cost ~5 ms of every after_id request; here it
 runs on a thread of its own once the reply has been written (``serve`` calls :meth:`Idler.kick`
 after each write to stdout; a transport without that hook kicks when the tool returns), under
-the same lock as every History call, and gives the lock back as soon as a tool call is waiting
-for it: the cost to a new request is at most the one count under way.
+the same lock as every History call, and stops as soon as a request line comes in or a tool
+call waits for the lock: the cost to a new request is at most the one count under way.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Idler:
         self._state = threading.Lock()  # guards the fields below
         self._due = False
         self._waiting = 0
+        self._arrived = False  # a request line came in since the last kick
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.hooked = False  # the transport kicks after each write (else the tool kicks)
@@ -50,6 +51,11 @@ class Idler:
         with self._state:
             self._waiting -= 1
 
+    def arrived(self) -> None:
+        """The transport read a request line: stop idle work now, before the request is even
+        parsed (its parsing needs the interpreter the idle thread would hold)."""
+        self._arrived = True
+
     def due(self) -> None:
         """A select_context call left work (its reply is on its way): run it at the next kick,
         or right away when no transport kicks."""
@@ -64,6 +70,7 @@ class Idler:
             if not self._due:
                 return
             self._due = False
+            self._arrived = False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="context-paging-idle",
                                                 daemon=True)
@@ -73,7 +80,8 @@ class Idler:
     # --- the idle thread ----------------------------------------------------------------------
 
     def _waited_on(self) -> bool:
-        return self._waiting > 0  # an int read: atomic; a stale answer costs one count
+        # Plain reads: atomic; a stale answer costs one count.
+        return self._waiting > 0 or self._arrived
 
     def _loop(self) -> None:
         while True:

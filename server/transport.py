@@ -150,6 +150,7 @@ class _Stdin:
         self.limit = limit
         self.last = ""
         self.oversize: Oversize | None = None
+        self.on_line: Callable[[], None] | None = None  # a request is in: idle work stops
 
     def __aiter__(self) -> _Stdin:
         return self
@@ -158,6 +159,8 @@ class _Stdin:
         line = await self._file.readline()
         if not line:
             raise StopAsyncIteration
+        if self.on_line is not None:
+            self.on_line()
         self.oversize = oversize(line, self.limit)
         if self.oversize is not None:
             self.last = ""
@@ -329,6 +332,7 @@ async def serve_stdio(server: MCPServer, max_request_bytes: int) -> None:
         idler = getattr(server, "idler", None)
         if stdout is not None and idler is not None:
             stdout.after_write = idler.kick
+            stdin.on_line = idler.arrived
             idler.hooked = True
         async with stdio_server(stdin=stdin, stdout=stdout) as (  # type: ignore[arg-type]
                 read_stream, write_stream):

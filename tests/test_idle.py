@@ -126,3 +126,25 @@ def test_the_wire_kicks_after_each_written_message():
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_a_request_line_stops_idle_work_until_the_next_reply():
+    lock = threading.Lock()
+    stops, ran = [], threading.Event()
+
+    def work(seconds, stop):
+        stops.append(stop())
+        ran.set()
+
+    idler = Idler(work, lock)
+    idler.hooked = True
+    idler.due()
+    idler.arrived()  # a line came in before the kick: stale, the kick clears it
+    idler.kick()
+    assert ran.wait(5) and stops == [False]
+    ran.clear()
+    idler.due()
+    idler.kick()
+    assert ran.wait(5)
+    idler.arrived()
+    assert idler._waited_on()  # the running work would stop at its next check
