@@ -3,9 +3,10 @@
 ``ContextService.idle`` counts ahead the older messages a call left uncounted (it only fills a
 cache, so no reply changes). Inside the call it cost ~5 ms of every after_id request; here it
 runs on a thread of its own once the reply has been written (``serve`` calls :meth:`Idler.kick`
-after each write to stdout; a transport without that hook kicks when the tool returns), under
-the same lock as every History call, and stops as soon as a request line comes in or a tool
-call waits for the lock: the cost to a new request is at most the one count under way.
+after each write to stdout; a transport without that hook kicks when the tool returns) and no
+new request came for ``IDLE_DELAY``, under the same lock as every History call, and stops as
+soon as a request line comes in or a tool call waits for the lock: the cost to a new request
+is at most the one count under way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ log = logging.getLogger("context_paging")
 # its next request seconds later, so a few of these slices each time catch up over a few calls
 # without keeping a core busy.
 IDLE_SECONDS = 0.05
+# Idle work starts only once no request came for this long after the reply: a host that sends
+# requests back to back (a script, a benchmark) is then never slowed by it, on a 2-core machine
+# least of all (the client parses the reply meanwhile), and a model's answer takes far longer.
+IDLE_DELAY = 0.05
 
 
 class Idler:
@@ -27,10 +32,13 @@ class Idler:
     work became due, holding ``lock``; ``stop`` answers true while a tool call waits."""
 
     def __init__(self, work: Callable[[float, Callable[[], bool]], bool],
-                 lock: threading.Lock, seconds: float = IDLE_SECONDS) -> None:
+                 lock: threading.Lock, seconds: float = IDLE_SECONDS,
+                 delay: float = IDLE_DELAY) -> None:
         self._work = work
         self._lock = lock
         self._seconds = seconds
+        self._delay = delay
+        self._arrival = threading.Event()  # a request came (or waits) since the last kick
         self._state = threading.Lock()  # guards the fields below
         self._due = False
         self._waiting = 0
@@ -46,6 +54,7 @@ class Idler:
         """A tool call is about to wait for the lock: running idle work yields to it."""
         with self._state:
             self._waiting += 1
+        self._arrival.set()
 
     def leave(self) -> None:
         with self._state:
@@ -55,6 +64,7 @@ class Idler:
         """The transport read a request line: stop idle work now, before the request is even
         parsed (its parsing needs the interpreter the idle thread would hold)."""
         self._arrived = True
+        self._arrival.set()
 
     def due(self) -> None:
         """A select_context call left work (its reply is on its way): run it at the next kick,
@@ -71,6 +81,7 @@ class Idler:
                 return
             self._due = False
             self._arrived = False
+            self._arrival.clear()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="context-paging-idle",
                                                 daemon=True)
@@ -87,6 +98,8 @@ class Idler:
         while True:
             self._wake.wait()
             self._wake.clear()
+            if self._arrival.wait(self._delay):
+                continue  # the host is busy sending: not spare time after all
             if self._waited_on() or not self._lock.acquire(blocking=False):
                 continue  # a call is running or waiting: the next reply kicks again
             try:

@@ -30,6 +30,7 @@ import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
 from context_paging.server import wire
 from context_paging.server.errors import failure
+from context_paging.server.idle import Idler
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -69,7 +70,8 @@ class Proxy:
     it runs in a worker thread, one call at a time, since the ledger and caches are shared."""
 
     def __init__(self, select: Select, upstreams: Upstreams, proxy_log: ProxyLog | None = None,
-                 client: httpx.AsyncClient | None = None) -> None:
+                 client: httpx.AsyncClient | None = None,
+                 idle: Callable[[float, Callable[[], bool]], bool] | None = None) -> None:
         self.select = select
         self.upstreams = upstreams
         self.log = proxy_log
@@ -78,6 +80,9 @@ class Proxy:
             transport=httpx.AsyncHTTPTransport(
                 trust_env=False, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
         self._lock = threading.Lock()
+        # ``History.idle``: spare-time counting after each paged request, while the provider
+        # answers (server/idle.py), yielding the lock to the next request.
+        self._idler = None if idle is None else Idler(idle, self._lock)
         self._log_lock = threading.Lock()
         self._previous: OrderedDict[str, bytes] = OrderedDict()
         # per conversation: the provider's usage for the latest reply, which the next request
@@ -119,8 +124,20 @@ class Proxy:
                         headers.get("content-encoding"))
             return raw, None, None
         try:
-            with self._lock:
-                return self._paged(api, raw, headers)
+            if self._idler is not None:
+                self._idler.enter()  # idle work under way stops at its next count
+            try:
+                self._lock.acquire()
+            finally:
+                if self._idler is not None:
+                    self._idler.leave()
+            try:
+                paged = self._paged(api, raw, headers)
+            finally:
+                self._lock.release()
+            if self._idler is not None:
+                self._idler.due()
+            return paged
         except Exception as exc:  # fail open: the agent must never fail because of the proxy
             failed = failure(exc)  # the tools' translation (server/errors.py)
             if failed is not None and failed.code == wire.ShapeError.code:

@@ -66,7 +66,8 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     history = make_history(settings)
     history.context  # noqa: B018  # load the tokenizer now, not during the first request
     upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai)
-    return Proxy(history.select_context, upstreams, ProxyLog(settings.home)), history
+    return Proxy(history.select_context, upstreams, ProxyLog(settings.home),
+                 idle=history.idle), history
 
 
 def _server(app: Proxy, sock: socket.socket):

@@ -148,3 +148,34 @@ def test_a_request_line_stops_idle_work_until_the_next_reply():
     assert ran.wait(5)
     idler.arrived()
     assert idler._waited_on()  # the running work would stop at its next check
+
+
+def test_the_proxy_counts_ahead_after_paging_a_request(tmp_path):
+    from tests.test_proxy import Stack, make_home
+
+    stack = Stack(make_home(tmp_path))
+    calls = []
+    try:
+        history = stack.history
+        stack.proxy_app._idler = Idler(
+            lambda seconds, stop: calls.append(history.idle(seconds, stop)),
+            stack.proxy_app._lock)
+        stack.anthropic().messages.create(
+            model="claude-test", max_tokens=10,
+            messages=[{"role": "user", "content": "hello " * 50}])
+        assert until(lambda: len(calls) == 1)  # once the request was paged
+    finally:
+        stack.close()
+
+
+def test_a_request_soon_after_the_reply_means_no_spare_time():
+    ran = threading.Event()
+    idler = Idler(lambda seconds, stop: ran.set(), threading.Lock(), delay=0.3)
+    idler.hooked = True
+    idler.due()
+    idler.kick()
+    idler.arrived()  # the host's next request, within the delay
+    assert not ran.wait(0.6)
+    idler.due()
+    idler.kick()  # a reply with no request after it
+    assert ran.wait(5)
