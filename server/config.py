@@ -88,6 +88,12 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         # "recovery" lists only the model-facing recovery tools (chat clients never call
         # select_context, and every listed definition costs the model tokens on each request).
         "tools": ("all", _choice("all", "recovery")),
+        # select_context's text copy of its reply: "json", the whole reply (the MCP spec asks a
+        # tool with structured content for its serialized JSON), or "summary", the reply
+        # without the window's messages (a host that reads structuredContent, as every agent
+        # host does, saves sending, dumping and parsing the window twice: 8-18 ms a call over
+        # stdio on the benchmark workload, bench/stdio_trace.py).
+        "select_context_text": ("json", _choice("json", "summary")),
     },
     "sources": {
         "pi": ("~/.pi/agent/sessions", _directory),

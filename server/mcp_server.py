@@ -118,12 +118,15 @@ def compact_json(value: Any) -> str:
     return dumps(value)
 
 
-def _reply(model: BaseModel) -> CallToolResult:
+def _reply(model: BaseModel, without: str | None = None) -> CallToolResult:
     # The text copy of the structured content: the MCP spec asks for it (clients that do not
-    # read structured content, and the model, read this), so it stays, made cheaply.
+    # read structured content, and the model, read this), so it stays, made cheaply. Only
+    # ``without``, a field a setting leaves out of the copy (select_context's window), is not
+    # copied; it is in the structured content.
     value = model.model_dump()
+    text = value if without is None else {k: v for k, v in value.items() if k != without}
     return CallToolResult(
-        content=[TextContent(type="text", text=compact_json(value))],
+        content=[TextContent(type="text", text=compact_json(text))],
         structured_content=value,
     )
 
@@ -315,7 +318,8 @@ async def select_context(
     )
     if deps.idler is not None:
         deps.idler.due()  # counting ahead, once this reply is written (server/idle.py)
-    return _reply(SelectContextResult(**reply))
+    summary = deps.settings.get("server", "select_context_text") == "summary"
+    return _reply(SelectContextResult(**reply), without="messages" if summary else None)
 
 
 async def paging_stats(deps: Deps,

@@ -179,3 +179,33 @@ def test_a_request_soon_after_the_reply_means_no_spare_time():
     idler.due()
     idler.kick()  # a reply with no request after it
     assert ran.wait(5)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("setting", [None, "json", "summary"])
+async def test_the_text_copy_of_select_contexts_reply_is_a_setting(tmp_path, setting):
+    """Default (and "json"): the text is the whole reply as JSON, as the MCP spec asks;
+    "summary": the same without the window's messages, which stay in the structured content."""
+    import json
+
+    from context_paging.server.config import load_settings
+    from context_paging.server.mcp_server import create_server
+    from mcp import Client
+
+    from tests.conftest import ledger_home
+
+    home = ledger_home(tmp_path)
+    if setting is not None:
+        config = home / "config.toml"
+        config.write_text(config.read_text() + f'[server]\nselect_context_text = "{setting}"\n')
+    server = create_server(load_settings(home=home))
+    messages = [{"role": "user", "content": "hello"}]
+    async with Client(server) as client:
+        reply = await client.call_tool("select_context", {
+            "session": "t", "messages": messages, "format": "pi"})
+    text = json.loads(reply.content[0].text)
+    assert reply.structured_content["messages"] == messages
+    if setting == "summary":
+        assert text == {k: v for k, v in reply.structured_content.items() if k != "messages"}
+    else:
+        assert text == reply.structured_content
