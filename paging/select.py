@@ -201,12 +201,14 @@ def select_context(
     if weights is not None:
         resident_tokens, estimates = weights.resident_tokens, weights.message_tokens
     # Outgoing system messages are covered by the resident estimate (§5.3).
-    costs = [0 if role_of(m) == "system" else estimates[i] for i, m in enumerate(messages)]
+    # (``role_of`` inlined: this and the roles below are passes over the whole conversation.)
+    roles = [m.get("role") for m in messages]
+    costs = [0 if role == "system" else cost for role, cost in zip(roles, estimates)]
     if outgoing_only is None or len(outgoing_only) != len(messages):
         outgoing_only = [False] * len(messages)
     selector = _Selector(
         messages, costs, list(outgoing_only), limits, resident_tokens, measured, raw,
-        notice_tokens, first_target, normalized,
+        notice_tokens, first_target, normalized, roles,
     )
     return selector.select(cut_state)
 
@@ -226,9 +228,10 @@ class _Selector:
         notice_tokens: Callable[[str], float],
         first_target: float | None = None,
         normalized: Normalized | None = None,
+        roles: list[Any] | None = None,
     ) -> None:
         self.messages, self.costs, self.outgoing = messages, costs, outgoing
-        self.roles = [role_of(m) for m in messages]
+        self.roles = [role_of(m) for m in messages] if roles is None else roles
         self.first_target = limits.target_tokens if first_target is None else first_target
         self.limits, self.resident, self.raw = limits, resident, raw
         self.budget = limits.budget_tokens
@@ -318,7 +321,9 @@ class _Selector:
             hits = []
             for p, unit in enumerate(units):
                 for atom in unit:
-                    hits.extend(p for i in atom if matches(i))
+                    for i in atom:
+                        if matches(i):
+                            hits.append(p)
                 if len(hits) > 1:
                     return None  # not exactly once there, whatever follows
             if len(hits) != 1:

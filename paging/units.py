@@ -141,9 +141,10 @@ def _request_starts(
     starts: list[int] = []
     follows_user = False
     for position, atom in enumerate(atoms):
-        if outgoing[atom[0]]:
+        first = atom[0]
+        if outgoing[first]:
             continue
-        role = role_of(messages[atom[0]])
+        role = messages[first].get("role")  # role_of, inlined: a pass over every atom
         if role == "user":
             starts.append(position)
             follows_user = True
