@@ -66,10 +66,10 @@ if os.environ.get("STDIO_TRACE_NO_TEXT_COPY"):  # an experiment only: what the c
     mcp_server.compact_json = lambda value: "{}"
 if hasattr(mcp_server, "_reply"):
     reply = mcp_server._reply
-    def traced_reply(model):
+    def traced_reply(model, *args, **kwargs):
         stamp("reply_start")
         try:
-            return reply(model)
+            return reply(model, *args, **kwargs)
         finally:
             stamp("reply_end")
     mcp_server._reply = traced_reply
