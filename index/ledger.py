@@ -51,7 +51,7 @@ from typing import Any
 
 from context_paging.index.canonical import canonical
 from context_paging.index.history import HistoryItem, join_turns, project, stored_messages
-from context_paging.index.jsonl import FileCursor, Issue, file_identity, open_inside
+from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identity, open_inside
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
 from context_paging.paging.distill import Decision
@@ -150,34 +150,38 @@ class LedgerSession:
         ``durable=False``: the lines are written, their ``fsync`` runs in the background; the
         caller must call :meth:`synced` before it acknowledges anything."""
         self.refresh()
-        lines = []
+        lines: list[bytes] = []
         parent = None
+        now = _now()  # one time for the whole append: the messages arrived together
         for message, message_id in zip(messages, ids, strict=True):
             if message_id is None:
                 continue
             if message_id not in self.records:
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
-                          "ts": _now(), "message": message}
-                lines.append(record)
+                          "ts": now, "message": message}
+                lines.append(dump_line(record))
                 self.records[message_id] = record
             parent = message_id
+        new = len(lines)
         new_head = parent
         if new_head != self.head:
-            lines.append({"type": "head", "id": new_head, "ts": _now()})
+            lines.append(dump_line({"type": "head", "id": new_head, "ts": now}))
             self.head = new_head
         if lines:
             self._write(lines, durable)
-        return sum(1 for line in lines if line["type"] == "message")
+        return new
 
     def append_decisions(self, decisions: Sequence[Decision], durable: bool = True) -> None:
         """Persist new distillation decisions (read back by :meth:`refresh` after a restart)."""
         if not decisions:
             return
         self.refresh()
-        lines = [{"type": "decision", "ts": _now(), "decision": d.to_dict()} for d in decisions]
+        now = _now()
+        values = [d.to_dict() for d in decisions]
+        lines = [dump_line({"type": "decision", "ts": now, "decision": v}) for v in values]
         # True: nothing else was written in between, these are the next lines
         if self._write(lines, durable):
-            self.decisions.extend(Decision.from_dict(line["decision"]) for line in lines)
+            self.decisions.extend(Decision.from_dict(v) for v in values)
         else:
             self.refresh()  # read back in ledger order, after any other process's lines
 
@@ -195,11 +199,11 @@ class LedgerSession:
         if failure is not None:
             raise failure
 
-    def _write(self, lines: list[dict[str, Any]], durable: bool = True) -> bool:
+    def _write(self, lines: list[bytes], durable: bool = True) -> bool:
         """Append the lines under the lock. Returns True when the file held exactly what this
         session had read before them, and moves the cursor past them: a 15 MB first append is
         then not read back and parsed again (the caller has the lines already)."""
-        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+        data = b"".join(lines)  # each line is index.jsonl.dump_line's, newline included
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b", opener=_no_follow) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -208,7 +212,7 @@ class LedgerSession:
                 if size and os.pread(handle.fileno(), 1, size - 1) != b"\n":
                     _cut_partial_line(handle, size)
                 start = os.fstat(handle.fileno()).st_size
-                handle.write(data.encode("utf-8", "surrogatepass"))
+                handle.write(data)
                 handle.flush()
                 if durable:
                     os.fsync(handle.fileno())
