@@ -8,6 +8,10 @@
     {"type": "head", "id": "m…", "ts": "…"}
     {"type": "decision", "ts": "…", "decision": {…Decision.to_dict()…}}
 
+Lines are written by :func:`index.jsonl.dump_line`: compact JSON through orjson (older ledgers
+have the json module's spaced lines; any JSON reader gets the same values from both): parse
+them, do not grep them.
+
 ``decision`` lines are distillation decisions (``paging.distill``), appended when a
 ``select_context`` pass makes them; for one target the latest line wins. Stored messages are
 never rewritten: a decision only changes what later windows send, and ``recall`` reads the
