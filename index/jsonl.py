@@ -84,8 +84,8 @@ def clean_text(text: str) -> str:
         return _SURROGATE.sub("\ufffd", text)
 
 
-# Anything orjson would write that ``json.dumps`` does not (dataclasses, datetimes, subclasses of
-# str/int/dict/list) makes orjson raise instead, so it takes the json module's path as before.
+# Belt and braces with _orjson_alike: anything orjson would write that ``json.dumps`` does not
+# (dataclasses, datetimes, subclasses) makes orjson raise, so the json module writes it.
 _LINE_OPTIONS = 0 if orjson is None else (
     orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS)
@@ -111,24 +111,25 @@ def dump_line(value: Any) -> bytes:
     return (json.dumps(value, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
 
 
+_JSON_LEAVES = (str, int, bool, type(None))
+
+
 def _orjson_alike(value: Any) -> bool:
-    """No NaN or infinite float in ``value`` and no subclass of dict, list or tuple (orjson
-    refuses those anyway). Walks the containers only: long strings cost nothing here."""
+    """Only dicts, lists, tuples, str, int, bool, None and finite floats, of exactly those types
+    (an enum, a subclass or any other object goes to the json module, which writes or refuses
+    it as it always did). Walks the containers only: long strings cost nothing here."""
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
-        if kind is str:  # the common leaf first
-            continue
         if kind is dict:
             stack.extend(item.values())
         elif kind is list or kind is tuple:
             stack.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            return False
-        elif isinstance(item, dict):  # subclasses: orjson refuses them, the json module writes
-            return False
-        elif isinstance(item, list | tuple):
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind not in _JSON_LEAVES:
             return False
     return True
 
