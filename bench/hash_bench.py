@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

@@ -54,7 +54,7 @@ def test_the_cases_orjson_would_read_back_differently_take_the_json_module():
     class Text(str):
         pass
 
-    class Kind(str, enum.Enum):
+    class Kind(enum.StrEnum):
         TEXT = "text"
 
     class Size(enum.IntEnum):
@@ -63,7 +63,8 @@ def test_the_cases_orjson_would_read_back_differently_take_the_json_module():
     for value in ({"x": float("nan")}, {"x": [1.5, float("inf")]}, {"x": -float("inf")},
                   {"x": 2**64}, {"x": -(2**63) - 1}, {"x": "\ud800 lone"}, {1: "int key"},
                   {"x": Text("a str subclass")}, {"x": (1, 2)}, {"x": Kind.TEXT},
-                  {"x": Size.BIG}, {"x": [True, False, None, 0, -1]}, {"é": "\x7f\u2028 é \x00\x1f"},
+                  {"x": Size.BIG}, {"x": [True, False, None, 0, -1]},
+                  {"é": "\x7f\u2028 é \x00\x1f"},
                   {"x": 1e16, "y": 1e-05, "z": -0.0, "w": 0.1 + 0.2}):
         assert as_read(read_back(dump_line(value))) == as_read(read_back(old_line(value)))
     # the json module's own bytes where orjson cannot match them
