@@ -132,3 +132,17 @@ def test_a_ledger_written_by_the_old_writer_is_read_and_extended(tmp_path):
     items = Ledger(home).session("old").items()
     assert [i.message.content[0].text for i in items if i.kind == "user"] == \
         [f"request {i} é" for i in range(5)]
+
+
+def test_an_append_larger_than_a_write_piece_is_stored_whole_and_in_order(tmp_path):
+    # 40 messages of 100 KB: the append is written in several pieces of about a MiB
+    big = [{"role": "user", "content": f"{i} " + "é" * 50_000} for i in range(40)]
+    ids = chain_ids([fingerprint(m) for m in big])
+    writer = Ledger(tmp_path).session("big")
+    assert writer.append(big, ids, "openai") == 40
+    raw = (tmp_path / "ledger" / "big.jsonl").read_bytes()
+    assert len(raw) > 3 * 2**20 and raw.count(b"\n") == 41  # 40 messages and the head
+    fresh = Ledger(tmp_path).session("big")
+    assert fresh.path_ids() == ids
+    assert [fresh.records[i]["message"] for i in ids] == big
+    assert writer.cursor.offset == len(raw)  # the writer did not need to read its lines back
