@@ -40,6 +40,7 @@ from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
+SIZES = 200_000  # remembered message sizes (an int per stored view; cleared when full)
 log = logging.getLogger("context_paging")
 
 
@@ -84,10 +85,14 @@ class Distiller:
         self.config = config
         self.count_text = count_text
         self._plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
+        # content_chars per view, by what names its content (see view_keys): a pass measures
+        # every entry, and on the next call all but the new ones are the same messages.
+        self._sizes: dict[tuple[Any, ...], int] = {}
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
-             reach: int = 0) -> Plan | None:
+             reach: int = 0, keys: Sequence[tuple[Any, ...] | None] | None = None
+             ) -> Plan | None:
         """The pass's plan over the conversation as the window already shows it (earlier
         decisions applied: an exchange holding a distilled output is costed at its distilled
         size, so savings are never counted twice). Cached, because the sampling judge plans
@@ -103,11 +108,35 @@ class Distiller:
         if prior is None:
             prior = changed(entries, decisions)
         plan = plan_pass(applied(entries, prior), self.config, decisions,
-                         provider=provider, reach=reach)
+                         provider=provider, reach=reach,
+                         sizes=None if keys is None else self.sizes(entries, prior, keys))
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
         return plan
+
+    def sizes(self, entries: Sequence[Entry], changes: Mapping[int, Any],
+              keys: Sequence[tuple[Any, ...] | None]) -> list[int]:
+        """``content_chars`` of each of ``applied(entries, changes)``: a replaced message is
+        measured, an unchanged one looked up by its key (measured once)."""
+        memo = self._sizes
+        if len(memo) > SIZES:
+            memo.clear()
+        sizes = []
+        for position, (_, message) in enumerate(entries):
+            if position in changes:
+                shown = changes[position]
+                if shown is not None:  # None: left out with an omitted exchange
+                    sizes.append(content_chars(shown))
+                continue
+            key = keys[position]
+            size = memo.get(key) if key is not None else None
+            if size is None:
+                size = content_chars(message)
+                if key is not None:
+                    memo[key] = size
+            sizes.append(size)
+        return sizes
 
     def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
             reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
@@ -120,7 +149,8 @@ class Distiller:
         changes = changed(entries, ledger.decisions)  # what the window already shows
         plan = None
         try:
-            plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach))
+            plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach),
+                             view_keys(request))
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
             shown = applied(entries, changes) if new else []
             new = [self.measured(d, shown) for d in new]
@@ -179,6 +209,21 @@ def shown_views(request: Request, changes: Mapping[int, Any],
             owner = decision
         result[index] = Distilled(dict(message), decision)
     return result
+
+
+def view_keys(request: Request) -> list[tuple[Any, ...] | None]:
+    """Per entry, what determines its view's own content: the format and the view's ledger key
+    (its history id chains the fingerprints of every stored message up to it, and the part
+    names the view of that message); a Responses run's view also holds its later items, so
+    their ids are part of it. What a view takes from earlier messages (a tool name looked up
+    by call id) is not content that ``content_chars`` reads. None: not remembered."""
+    followers = request.views.followers or {}
+    views, ids = request.views.views, request.ids
+    keys: list[tuple[Any, ...] | None] = []
+    for index in request.positions:
+        more = tuple(ids[i] for i in followers.get(views[index].source, ()))
+        keys.append(None if None in more else (request.format, request.keys[index], more))
+    return keys
 
 
 def entry_reach(entries: Sequence[Entry], reach: float | None) -> int:

@@ -105,11 +105,65 @@ def collect_outputs(
     when the caller has it."""
     if calls is None:
         calls = calls_of(messages, start, end)
+    facts = _Facts(calls)
+    return [facts.item(i, call, tool, text, is_error, i >= reach)
+            for i, call, tool, text, is_error
+            in _candidates(messages, start, end, config, floor, ceiling, youngest, skip, calls)]
+
+
+def collect_sized(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    config: DistillConfig,
+    *,
+    youngest: int | None = None,
+    skip: Container[str] = frozenset(),
+    reach: int = 0,
+    calls: Sequence[Call] | None = None,
+) -> tuple[list[OutputItem], list[OutputItem]]:
+    """The large outputs (``collect_outputs`` from ``min_result_chars``, with ``reach``) and
+    the small ones (``collect_small``) in one walk over the run: a pass asks for both, and the
+    walk reads every output's text."""
+    if calls is None:
+        calls = calls_of(messages, start, end)
+    large_floor, small_floor = config.min_result_chars, config.small_result_min_chars
+    small_wanted = 0 < small_floor < large_floor
+    floor = small_floor if small_wanted else large_floor
+    facts = _Facts(calls)
+    large: list[OutputItem] = []
+    small: list[OutputItem] = []
+    for i, call, tool, text, is_error in _candidates(messages, start, end, config, floor, None,
+                                                     youngest, skip, calls):
+        if len(text) >= large_floor:
+            large.append(facts.item(i, call, tool, text, is_error, i >= reach))
+        else:  # small_floor <= len < large_floor; small outputs are always judged in full
+            item = facts.item(i, call, tool, text, is_error, True)
+            if len(small_stub(item.source)) < len(item.text):
+                small.append(item)
+    return large, small
+
+
+def with_facts(items: Sequence[OutputItem], calls: Sequence[Call],
+               reach: int) -> list[OutputItem]:
+    """``items`` (collected over ``calls``' span with ``reach``) as ``reach`` 0 gives them:
+    the counted-only ones get their ``superseded`` and ``later_calls``. Which outputs are
+    candidates does not depend on ``reach``, so this is the full collection without a second
+    walk over the run."""
+    facts = _Facts(calls)
+    by_id = {c.id: c for c in calls}
+    return [facts.item(item.index, by_id[item.call_id], item.tool, item.text, item.is_error,
+                       True) if item.index < reach else item for item in items]
+
+
+def _candidates(
+    messages: Sequence[Message], start: int, end: int, config: DistillConfig, floor: int,
+    ceiling: int | None, youngest: int | None, skip: Container[str], calls: Sequence[Call],
+):
+    """(entry index, call, tool, text, is_error) of each output of [start, end) that passes
+    the candidate rules (module docstring) and ``floor ≤ len < ceiling``."""
     by_id = {c.id: c for c in calls}
     excluded = {t.lower() for t in config.exclude_tools}
-    items: list[OutputItem] = []
-    labels: list[str] | None = None  # built once, on the first candidate
-    facts: list[CallFacts] = []
     for i in range(start, end):
         message = messages[i]
         call = by_id.get(message.get("toolCallId")) if role(message) == "toolResult" else None
@@ -130,18 +184,28 @@ def collect_outputs(
             or is_marked(text)
         ):
             continue
-        if i < reach:
-            items.append(OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error))
-            continue
-        if labels is None:
-            labels, facts = [c.label for c in calls], call_facts(calls)
-        superseded = superseded_by(tool, call.arguments, call.turn, calls, facts) or ""
-        later = later_calls_for(call.turn, calls, labels=labels)
-        items.append(
-            OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error, superseded,
-                       later)
-        )
-    return items
+        yield i, call, tool, text, is_error
+
+
+class _Facts:
+    """Builds output items; the calls' labels and comparison facts are worked out once, on
+    the first item that needs them."""
+
+    def __init__(self, calls: Sequence[Call]) -> None:
+        self.calls = calls
+        self.labels: list[str] | None = None
+        self.facts: list[CallFacts] = []
+
+    def item(self, i: int, call: Call, tool: str, text: str, is_error: bool,
+             full: bool) -> OutputItem:
+        if not full:
+            return OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error)
+        if self.labels is None:
+            self.labels, self.facts = [c.label for c in self.calls], call_facts(self.calls)
+        superseded = superseded_by(tool, call.arguments, call.turn, self.calls, self.facts) or ""
+        later = later_calls_for(call.turn, self.calls, labels=self.labels)
+        return OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error,
+                          superseded, later)
 
 
 def collect_small(
@@ -189,6 +253,7 @@ def collect_exchanges(
     keep_recent: int,
     skip: Container[str] = frozenset(),
     starts: Sequence[int] | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> list[Exchange]:
     """Earlier, finished exchanges before ``run_start``, without the last ``keep_recent``.
 
@@ -197,7 +262,7 @@ def collect_exchanges(
     message; a last assistant message with tool calls (unfinished); under 2,000 chars of
     editable content, or a stub that would not be shorter. System messages, bash executions and
     summaries are not editable: they stay where they are. ``starts``: ``run_starts(messages)``,
-    when the caller has them.
+    and ``sizes``: ``content_chars`` of each message, when the caller has them.
     """
     if starts is None:
         starts = run_starts(messages)
@@ -205,14 +270,15 @@ def collect_exchanges(
     judged = max(0, len(bounds) - 1 - keep_recent)
     items: list[Exchange] = []
     for start, end in zip(bounds[:judged], bounds[1 : judged + 1], strict=True):
-        exchange = _exchange(ids, messages, start, end, skip)
+        exchange = _exchange(ids, messages, start, end, skip, sizes)
         if exchange is not None:
             items.append(exchange)
     return items
 
 
 def _exchange(
-    ids: Sequence[str], messages: Sequence[Message], start: int, end: int, skip: Container[str]
+    ids: Sequence[str], messages: Sequence[Message], start: int, end: int, skip: Container[str],
+    sizes: Sequence[int] | None = None,
 ) -> Exchange | None:
     prompt_id = ids[start]
     prompt = prompt_text(messages[start])
@@ -224,7 +290,7 @@ def _exchange(
     assistants = [i for i in editable if role(messages[i]) == "assistant"]
     if not assistants or tool_calls(messages[assistants[-1]]):
         return None
-    chars = sum(content_chars(messages[i]) for i in editable)
+    chars = sum(content_chars(messages[i]) if sizes is None else sizes[i] for i in editable)
     omitted = tuple(dict.fromkeys(ids[i] for i in editable[1:] if ids[i] != prompt_id))
     answers = assistant_texts(messages, start, end)
     calls = tuple(c.label for c in calls_of(messages, start, end))

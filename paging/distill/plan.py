@@ -62,10 +62,10 @@ from context_paging.paging.distill.items import (
     batch_items,
     collect_exchanges,
     collect_images,
-    collect_outputs,
-    collect_small,
+    collect_sized,
     exchange_item_size,
     small_item_size,
+    with_facts,
 )
 from context_paging.paging.distill.model import Decision, JudgeContext, Phase, Question, fingerprint
 from context_paging.paging.distill.render import clip, format_chars
@@ -142,8 +142,12 @@ def plan_pass(
     *,
     provider: str | None = None,
     reach: int = 0,
+    sizes: Sequence[int] | None = None,
 ) -> Plan | None:
     """What this pass judges, or None when there is nothing to do now.
+
+    ``sizes``: ``content_chars`` of each entry's message, when the caller has them (the window
+    keeps them per message, so a re-sent prefix is not measured again).
 
     ``reach``: large outputs at entries before it are planned (they count towards the batch
     and run-size rules exactly as always) but not judged: the caller knows the window cannot
@@ -162,10 +166,10 @@ def plan_pass(
         if len(starts) < 2 or not _finished(messages, starts[-2], current):
             return None
         return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
-                     whole, reach, starts)
+                     whole, reach, starts, sizes)
     if config.mid_run and _between_tool_turns(messages, current):
         return _plan(ids, messages, config, latest(decisions), "mid-run", current,
-                     len(messages), whole, reach, starts)
+                     len(messages), whole, reach, starts, sizes)
     return None
 
 
@@ -199,10 +203,11 @@ def _settled(decision: Decision | None, phase: Phase, run_id: str) -> bool:
 def _plan(
     ids: list[str], messages: list[Message], config: DistillConfig,
     known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
-    reach: int, starts: Sequence[int],
+    reach: int, starts: Sequence[int], given: Sequence[int] | None = None,
 ) -> Plan | None:
-    """The pass's plan; ``starts`` are the conversation's ``run_starts``. Counts and run starts
-    are read once here and handed to the steps that need them."""
+    """The pass's plan; ``starts`` are the conversation's ``run_starts``, ``given`` the
+    entries' sizes when the caller has them. Counts and run starts are read once here and
+    handed to the steps that need them."""
     run_id = ids[start]
     skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
     youngest = None
@@ -211,18 +216,18 @@ def _plan(
     if phase == "mid-run":
         youngest = run_turns - 1 - config.mid_run_min_age_turns
     calls = calls_of(messages, start, end)  # read once for both sizes of output
-    large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                            youngest=youngest, skip=skip, reach=reach, calls=calls)
+    # both sizes of output in one walk over the run
+    large, small = collect_sized(messages, start, end, config, youngest=youngest, skip=skip,
+                                 reach=reach, calls=calls)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
-    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip,
-                          calls=calls)
     exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip,
-                                   starts=starts) if config.prune_exchanges else [])
+                                   starts=starts, sizes=given)
+                 if config.prune_exchanges else [])
     images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns)
     if not (large or small or exchanges or images):
         return None  # the common case on the hot path: nothing measured
-    sizes = tuple(content_chars(m) for m in messages)
+    sizes = tuple(content_chars(m) for m in messages) if given is None else tuple(given)
     factor = FACTOR_WHOLE_CONTEXT if whole else FACTOR_PREFIX
     if phase == "mid-run":
         tier = _tier(messages, run_turns, config, large + small, exchanges, images, sizes,
@@ -246,9 +251,8 @@ def _plan(
     prints = {e.index: message_fingerprint(messages[e.index]) for e in exchanges}
     prints |= {im.index: message_fingerprint(messages[im.index]) for im in images}
     if phase == "run-end" and (exchanges or images) and config.exchange_break_even and reach:
-        reach = 0  # the gate weighs every edit: judge every output, with its full facts
-        large = [*collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                                  youngest=youngest, skip=skip, calls=calls)] if large else []
+        # the gate weighs every edit: judge every output, with its full facts
+        large, reach = with_facts(large, calls, reach), 0
     return Plan(phase, run_id, start, config, question,
                 tuple(_large(phase, config, item) for item in large if item.index >= reach),
                 tuple(small), tuple(exchanges), tuple(images), batches, members, prints, sizes,
