@@ -28,6 +28,7 @@ and read/write anchors are Pi's and have no counterpart here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -308,8 +309,16 @@ def _history(messages: list[Message], start: int, count: int, runs: Sequence[int
             "summary": clip(summaries[-1], 2_000) if summaries else ""}
 
 
+@functools.lru_cache(maxsize=128)
+def _chunks(text: str) -> tuple[Chunk, ...]:
+    """``chunk_output`` of a large output's text, remembered by the text: every call plans the
+    outputs within reach again, and from one call to the next they are mostly the same ones.
+    (A few large texts are held; outputs beyond reach are never chunked.)"""
+    return tuple(chunk_output(text))
+
+
 def _large(phase: Phase, config: DistillConfig, item: OutputItem) -> LargeOutput:
-    chunks = tuple(chunk_output(item.text))
+    chunks = _chunks(item.text)
     parts = segment_chunks(chunks, config.max_segment_chars, config.max_chunks_per_segment)
     total_lines = chunks[-1].end if chunks else 0
     segments = tuple(
