@@ -13,11 +13,12 @@ to the original instead), so a stub on one would name a recall call that fails.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from context_paging.paging.distill.config import DistillConfig
 from context_paging.paging.distill.conversation import (
@@ -188,24 +189,34 @@ def _candidates(
 
 
 class _Facts:
-    """Builds output items; the calls' labels and comparison facts are worked out once, on
-    the first item that needs them."""
+    """Builds output items. An output's facts read only the calls of later turns, so the
+    calls' labels and comparison facts are worked out on demand, from the first later call
+    on (calls are in turn order): a pass that judges the newest outputs of a long run reads
+    the tail of its calls, not all of them."""
 
     def __init__(self, calls: Sequence[Call]) -> None:
         self.calls = calls
-        self.labels: list[str] | None = None
-        self.facts: list[CallFacts] = []
+        self.turns = [c.turn for c in calls]
+        self.labels: list[str | None] = [None] * len(calls)
+        self.facts: list[CallFacts | None] = [None] * len(calls)
+        self.ready = len(calls)  # labels and facts are known from this call index on
 
     def item(self, i: int, call: Call, tool: str, text: str, is_error: bool,
              full: bool) -> OutputItem:
         if not full:
             return OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error)
-        if self.labels is None:
-            self.labels, self.facts = [c.label for c in self.calls], call_facts(self.calls)
-        superseded = superseded_by(tool, call.arguments, call.turn, self.calls, self.facts) or ""
-        later = later_calls_for(call.turn, self.calls, labels=self.labels)
+        first = bisect.bisect_right(self.turns, call.turn)  # the first call of a later turn
+        if first < self.ready:
+            more = self.calls[first:self.ready]
+            self.labels[first:self.ready] = [c.label for c in more]
+            self.facts[first:self.ready] = call_facts(more)
+            self.ready = first
+        later = self.calls[first:]
+        labels = cast(list[str], self.labels[first:])  # all filled from self.ready on
+        facts = cast(list[CallFacts], self.facts[first:])
+        superseded = superseded_by(tool, call.arguments, call.turn, later, facts) or ""
         return OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error,
-                          superseded, later)
+                          superseded, later_calls_for(call.turn, later, labels=labels))
 
 
 def collect_small(
