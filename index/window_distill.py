@@ -33,14 +33,14 @@ from context_paging.paging.distill import (
     summarize,
 )
 from context_paging.paging.distill.apply import applied, changed
-from context_paging.paging.distill.conversation import content_chars
+from context_paging.paging.distill.conversation import Read, content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
 from context_paging.paging.distill.plan import Plan, latest, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
-SIZES = 200_000  # remembered message sizes (an int per stored view; cleared when full)
+READS = 200_000  # remembered message reads (one per stored view; cleared when full)
 log = logging.getLogger("context_paging")
 
 
@@ -85,9 +85,10 @@ class Distiller:
         self.config = config
         self.count_text = count_text
         self._plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
-        # content_chars per view, by what names its content (see view_keys): a pass measures
-        # every entry, and on the next call all but the new ones are the same messages.
-        self._sizes: dict[tuple[Any, ...], int] = {}
+        # What a pass reads of each view (text, images, tool calls, size), by what names its
+        # content (see view_keys): a pass reads every entry, and on the next call all but the
+        # new ones are the same messages. The texts are the request's own strings.
+        self._reads: dict[tuple[Any, ...], Read] = {}
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
@@ -109,34 +110,34 @@ class Distiller:
             prior = changed(entries, decisions)
         plan = plan_pass(applied(entries, prior), self.config, decisions,
                          provider=provider, reach=reach,
-                         sizes=None if keys is None else self.sizes(entries, prior, keys))
+                         reads=None if keys is None else self.reads(entries, prior, keys))
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
         return plan
 
-    def sizes(self, entries: Sequence[Entry], changes: Mapping[int, Any],
-              keys: Sequence[tuple[Any, ...] | None]) -> list[int]:
-        """``content_chars`` of each of ``applied(entries, changes)``: a replaced message is
-        measured, an unchanged one looked up by its key (measured once)."""
-        memo = self._sizes
-        if len(memo) > SIZES:
+    def reads(self, entries: Sequence[Entry], changes: Mapping[int, Any],
+              keys: Sequence[tuple[Any, ...] | None]) -> list[Read]:
+        """The :class:`Read` of each of ``applied(entries, changes)``: a replaced message is
+        read, an unchanged one looked up by its key (read once)."""
+        memo = self._reads
+        if len(memo) > READS:
             memo.clear()
-        sizes = []
+        reads = []
         for position, (_, message) in enumerate(entries):
             if position in changes:
                 shown = changes[position]
                 if shown is not None:  # None: left out with an omitted exchange
-                    sizes.append(content_chars(shown))
+                    reads.append(Read.of(shown))
                 continue
             key = keys[position]
-            size = memo.get(key) if key is not None else None
-            if size is None:
-                size = content_chars(message)
+            read = memo.get(key) if key is not None else None
+            if read is None:
+                read = Read.of(message)
                 if key is not None:
-                    memo[key] = size
-            sizes.append(size)
-        return sizes
+                    memo[key] = read
+            reads.append(read)
+        return reads
 
     def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
             reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:

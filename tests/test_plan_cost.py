@@ -1,8 +1,8 @@
 """Distillation planning in proportion to what is new gives the plans of the full computation.
 
-The window's distiller remembers, between calls, each stored view's size (by its ledger key)
-and each large output's chunks (by its text); a pass walks the run once for both sizes of
-output, and completes the facts of outputs beyond reach instead of collecting them again
+The window's distiller remembers, between calls, what a pass reads of each stored view (text,
+images, tool calls, size; by its ledger key) and each large output's chunks (by its text); a
+pass walks the run once for both sizes of output, and completes the facts of outputs beyond reach instead of collecting them again
 (issue 12 item 3). ``full_computation`` (tests/test_select_cost.py) switches all of that off.
 Here one service plans a conversation as it grows, call after call, with its memory warm, and
 every plan must equal the one planned from scratch on the full computation.
@@ -71,16 +71,21 @@ def planned(svc, messages: list[dict], reach_tokens: float | None, provider: str
     budget=st.integers(200, 4_000),
     reach_tokens=st.sampled_from([None, 150.0, 600.0, 2_500.0]),
     provider=st.sampled_from([None, "openai-codex"]),
-    steps=st.lists(st.integers(1, 5), min_size=2, max_size=6),
+    steps=st.lists(st.tuples(st.integers(1, 5), st.integers(-1, 40)), min_size=2, max_size=6),
     tail=st.booleans(),
 )
 def test_plans_of_a_growing_conversation_equal_the_full_computation(
         tmp_path_factory, shapes, budget, reach_tokens, provider, steps, tail):
     messages = conversation(shapes)
     svc = service(tmp_path_factory.mktemp("plan"), reference=False, budget=budget)
-    upto = max(1, len(messages) - 3 * sum(steps))
-    for grow in steps:
+    upto = max(1, len(messages) - 3 * sum(grow for grow, _ in steps))
+    for grow, edit in steps:
         upto = min(len(messages), upto + 3 * grow)
+        if 0 <= edit < upto and messages[edit]["role"] == "toolResult":
+            # the host rewrote an earlier output (a new branch): nothing read of the old one
+            # may answer for it
+            messages[edit] = messages[edit] | {"content": [
+                {"type": "text", "text": f"rewritten {edit}\n" * (edit % 3 * 200)}]}
         whole = messages[:upto] + ([{"role": "user", "content": "go on"}] if tail else [])
         got, want = planned(svc, whole, reach_tokens, provider)
         assert got == want
@@ -89,9 +94,9 @@ def test_plans_of_a_growing_conversation_equal_the_full_computation(
             svc.select("s", messages=whole, fmt="pi", system="sys", token_budget=budget)
 
 
-def test_the_property_reaches_deferred_outputs_completed_and_remembered_sizes(tmp_path):
+def test_the_property_reaches_deferred_outputs_completed_and_remembered_reads(tmp_path):
     """The shapes above exercise the shortcuts: a run-end pass with exchanges that completes
-    the facts of outputs beyond reach, and sizes and chunks answered from memory."""
+    the facts of outputs beyond reach, and reads and chunks answered from memory."""
     # runs of four reads (the requests between them steer the run), then an answer
     shapes = [(140, PATHS[n % 3], n % 4 == 3, n == 5, n % 8 == 1) for n in range(24)]
     messages = conversation(shapes)
@@ -109,5 +114,5 @@ def test_the_property_reaches_deferred_outputs_completed_and_remembered_sizes(tm
             assert got == want
             svc.select("s", messages=whole, fmt="pi", system="sys", token_budget=2_500)
     assert any(completed), "no run-end pass completed an output beyond reach"
-    assert len(svc.distiller._sizes) >= len(messages) // 2
+    assert len(svc.distiller._reads) >= len(messages) // 2
     assert plan._chunks.cache_info().hits > 0

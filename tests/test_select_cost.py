@@ -139,8 +139,9 @@ def _grep_like_counting_all(lines: list[str]) -> bool:
 
 
 def _collect_sized_twice(messages, start, end, config, *, youngest=None, skip=frozenset(),
-                         reach=0, calls=None):
-    """``items.collect_sized`` as it was: a walk for the large outputs, one for the small."""
+                         reach=0, calls=None, reads=None):
+    """``items.collect_sized`` as it was: a walk for the large outputs, one for the small,
+    each reading the messages themselves."""
     large = items.collect_outputs(messages, start, end, config, floor=config.min_result_chars,
                                   youngest=youngest, skip=skip, reach=reach, calls=calls)
     return large, items.collect_small(messages, start, end, config, youngest=youngest,
@@ -174,11 +175,12 @@ def full_computation():
         patch.setattr(judge, "_text_terms", judge._terms.__wrapped__)
         patch.setattr(plan, "run_starts", _run_starts_looking_back)
         patch.setattr(items, "run_starts", _run_starts_looking_back)
-        # Planning: both output walks, a full re-collection, chunks and sizes measured anew.
+        # Planning: both output walks, a full re-collection, chunks made anew, and every
+        # message read by the pass itself (no keys: no remembered reads).
         patch.setattr(plan, "collect_sized", _collect_sized_twice)
         patch.setattr(plan, "with_facts", _facts_from_scratch)
         patch.setattr(plan, "_chunks", lambda text: tuple(chunk.chunk_output(text)))
-        patch.setattr(window_distill, "view_keys", lambda request: [None] * len(request.entries))
+        patch.setattr(window_distill, "view_keys", lambda request: None)
         yield
 
 

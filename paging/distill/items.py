@@ -26,6 +26,7 @@ from context_paging.paging.distill.conversation import (
     Call,
     CallFacts,
     Message,
+    Read,
     assistant_count,
     assistant_texts,
     blocks,
@@ -122,10 +123,11 @@ def collect_sized(
     skip: Container[str] = frozenset(),
     reach: int = 0,
     calls: Sequence[Call] | None = None,
+    reads: Sequence[Read] | None = None,
 ) -> tuple[list[OutputItem], list[OutputItem]]:
     """The large outputs (``collect_outputs`` from ``min_result_chars``, with ``reach``) and
     the small ones (``collect_small``) in one walk over the run: a pass asks for both, and the
-    walk reads every output's text."""
+    walk reads every output's text (from ``reads``, the messages' :class:`Read`, if given)."""
     if calls is None:
         calls = calls_of(messages, start, end)
     large_floor, small_floor = config.min_result_chars, config.small_result_min_chars
@@ -135,7 +137,7 @@ def collect_sized(
     large: list[OutputItem] = []
     small: list[OutputItem] = []
     for i, call, tool, text, is_error in _candidates(messages, start, end, config, floor, None,
-                                                     youngest, skip, calls):
+                                                     youngest, skip, calls, reads):
         if len(text) >= large_floor:
             large.append(facts.item(i, call, tool, text, is_error, i >= reach))
         else:  # small_floor <= len < large_floor; small outputs are always judged in full
@@ -160,6 +162,7 @@ def with_facts(items: Sequence[OutputItem], calls: Sequence[Call],
 def _candidates(
     messages: Sequence[Message], start: int, end: int, config: DistillConfig, floor: int,
     ceiling: int | None, youngest: int | None, skip: Container[str], calls: Sequence[Call],
+    reads: Sequence[Read] | None = None,
 ):
     """(entry index, call, tool, text, is_error) of each output of [start, end) that passes
     the candidate rules (module docstring) and ``floor ≤ len < ceiling``."""
@@ -168,13 +171,14 @@ def _candidates(
     for i in range(start, end):
         message = messages[i]
         call = by_id.get(message.get("toolCallId")) if role(message) == "toolResult" else None
-        if call is None or call.id in skip or images_of(message):
+        if call is None or call.id in skip or (
+                reads[i].images if reads is not None else images_of(message)):
             continue
         if youngest is not None and call.turn > youngest:
             continue
         is_error = message.get("isError") is True
         tool = message.get("toolName") or call.name or "tool"
-        text = text_of(message)
+        text = reads[i].text if reads is not None else text_of(message)
         if (
             (is_error and not config.distill_errors)
             or not isinstance(tool, str)
@@ -330,12 +334,13 @@ def collect_images(
     keep_turns: int,
     skip: Container[str] = frozenset(),
     turns: int | None = None,
+    reads: Sequence[Read] | None = None,
 ) -> list[ImageItem]:
     """Tool outputs with images that ``keep_turns`` or more assistant messages follow.
 
     Age alone decides; user images are always kept; an output already marked (our image stub
     leads it, or someone else edited it) is left alone. ``turns``: ``assistant_count(messages)``,
-    when the caller has it.
+    and ``reads``: the messages' :class:`Read`, when the caller has them.
     """
     if keep_turns <= 0:
         return []
@@ -348,6 +353,8 @@ def collect_images(
         call_id = message.get("toolCallId")
         if role(message) != "toolResult" or not isinstance(call_id, str) or call_id in skip:
             continue
+        if reads is not None and not reads[i].images:
+            continue  # images_of would find none
         images = images_of(message)
         if not images or after < keep_turns or is_marked(text_of(message)):
             continue
@@ -357,7 +364,7 @@ def collect_images(
         stub = image_stub(call_id, len(images), sizes, tokens, after)
         texts = sum(len(str(b.get("text", ""))) for b in blocks(message) if b.get("type") == "text")
         if calls is None:
-            calls = {c.id: c for c in calls_of(messages, 0, len(messages))}
+            calls = {c.id: c for c in calls_of(messages, 0, len(messages), reads)}
         call = calls.get(call_id)
         tool = message.get("toolName") or (call.name if call else "tool")
         label = tool_label(str(tool), call.arguments if call else {})

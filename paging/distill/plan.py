@@ -37,6 +37,7 @@ from context_paging.paging.distill.config import DistillConfig
 from context_paging.paging.distill.conversation import (
     Entry,
     Message,
+    Read,
     assistant_count,
     assistant_texts,
     calls_of,
@@ -143,12 +144,12 @@ def plan_pass(
     *,
     provider: str | None = None,
     reach: int = 0,
-    sizes: Sequence[int] | None = None,
+    reads: Sequence[Read] | None = None,
 ) -> Plan | None:
     """What this pass judges, or None when there is nothing to do now.
 
-    ``sizes``: ``content_chars`` of each entry's message, when the caller has them (the window
-    keeps them per message, so a re-sent prefix is not measured again).
+    ``reads``: each entry's :class:`~paging.distill.conversation.Read`, when the caller has
+    them (the window keeps them per message, so a re-sent prefix is not read again).
 
     ``reach``: large outputs at entries before it are planned (they count towards the batch
     and run-size rules exactly as always) but not judged: the caller knows the window cannot
@@ -167,10 +168,10 @@ def plan_pass(
         if len(starts) < 2 or not _finished(messages, starts[-2], current):
             return None
         return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
-                     whole, reach, starts, sizes)
+                     whole, reach, starts, reads)
     if config.mid_run and _between_tool_turns(messages, current):
         return _plan(ids, messages, config, latest(decisions), "mid-run", current,
-                     len(messages), whole, reach, starts, sizes)
+                     len(messages), whole, reach, starts, reads)
     return None
 
 
@@ -204,11 +205,11 @@ def _settled(decision: Decision | None, phase: Phase, run_id: str) -> bool:
 def _plan(
     ids: list[str], messages: list[Message], config: DistillConfig,
     known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
-    reach: int, starts: Sequence[int], given: Sequence[int] | None = None,
+    reach: int, starts: Sequence[int], reads: Sequence[Read] | None = None,
 ) -> Plan | None:
-    """The pass's plan; ``starts`` are the conversation's ``run_starts``, ``given`` the
-    entries' sizes when the caller has them. Counts and run starts are read once here and
-    handed to the steps that need them."""
+    """The pass's plan; ``starts`` are the conversation's ``run_starts``, ``reads`` the
+    entries' :class:`Read` when the caller has them. Counts and run starts are read once here
+    and handed to the steps that need them."""
     run_id = ids[start]
     skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
     youngest = None
@@ -216,19 +217,22 @@ def _plan(
     all_turns = run_turns + assistant_count(messages, 0, start)
     if phase == "mid-run":
         youngest = run_turns - 1 - config.mid_run_min_age_turns
-    calls = calls_of(messages, start, end)  # read once for both sizes of output
+    calls = calls_of(messages, start, end, reads)  # read once for both sizes of output
     # both sizes of output in one walk over the run
     large, small = collect_sized(messages, start, end, config, youngest=youngest, skip=skip,
-                                 reach=reach, calls=calls)
+                                 reach=reach, calls=calls, reads=reads)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
     exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip,
-                                   starts=starts, sizes=given)
+                                   starts=starts,
+                                   sizes=None if reads is None else [r.chars for r in reads])
                  if config.prune_exchanges else [])
-    images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns)
+    images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns,
+                            reads=reads)
     if not (large or small or exchanges or images):
         return None  # the common case on the hot path: nothing measured
-    sizes = tuple(content_chars(m) for m in messages) if given is None else tuple(given)
+    sizes = (tuple(content_chars(m) for m in messages) if reads is None
+             else tuple(r.chars for r in reads))
     factor = FACTOR_WHOLE_CONTEXT if whole else FACTOR_PREFIX
     if phase == "mid-run":
         tier = _tier(messages, run_turns, config, large + small, exchanges, images, sizes,
@@ -238,7 +242,7 @@ def _plan(
         exchanges, images = tier
     if not (large or small or exchanges or images):
         return None
-    texts = assistant_texts(messages, start, end)
+    texts = assistant_texts(messages, start, end, reads)
     earlier = _history(messages, start, config.history_exchanges, starts)
     if phase == "run-end":
         question = Question(question_of(messages, start, end), answer=texts[-1] if texts else "",
