@@ -40,7 +40,10 @@ from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
-READS = 200_000  # remembered message reads (one per stored view; cleared when full)
+# Remembered message reads: cleared when they hold more views or text than this (they keep the
+# texts alive, so the bound is on characters too: a few long conversations, not every one seen).
+READS = 200_000
+READ_CHARS = 64_000_000
 log = logging.getLogger("context_paging")
 
 
@@ -89,6 +92,7 @@ class Distiller:
         # content (see view_keys): a pass reads every entry, and on the next call all but the
         # new ones are the same messages. The texts are the request's own strings.
         self._reads: dict[tuple[Any, ...], Read] = {}
+        self._read_chars = 0
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
@@ -121,8 +125,9 @@ class Distiller:
         """The :class:`Read` of each of ``applied(entries, changes)``: a replaced message is
         read, an unchanged one looked up by its key (read once)."""
         memo = self._reads
-        if len(memo) > READS:
+        if len(memo) > READS or self._read_chars > READ_CHARS:
             memo.clear()
+            self._read_chars = 0
         reads = []
         for position, (_, message) in enumerate(entries):
             if position in changes:
@@ -136,6 +141,7 @@ class Distiller:
                 read = Read.of(message)
                 if key is not None:
                     memo[key] = read
+                    self._read_chars += len(read.text)
             reads.append(read)
         return reads
 

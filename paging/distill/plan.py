@@ -313,7 +313,7 @@ def _history(messages: list[Message], start: int, count: int, runs: Sequence[int
             "summary": clip(summaries[-1], 2_000) if summaries else ""}
 
 
-@functools.lru_cache(maxsize=128)
+@functools.lru_cache(maxsize=64)
 def _chunks(text: str) -> tuple[Chunk, ...]:
     """``chunk_output`` of a large output's text, remembered by the text: every call plans the
     outputs within reach again, and from one call to the next they are mostly the same ones.
