@@ -12,11 +12,13 @@ scratch on the full computation.
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 from context_paging.index import window_distill
 from context_paging.paging.distill import items, plan
 from context_paging.paging.distill.apply import applied, changed
+from context_paging.paging.distill.conversation import Read
 from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,3 +119,23 @@ def test_the_property_reaches_deferred_outputs_completed_and_remembered_reads(tm
     assert any(completed), "no run-end pass completed an output beyond reach"
     assert len(svc.distiller._reads) >= len(messages) // 2
     assert plan._chunks.cache_info().hits > 0
+
+
+def test_a_responses_run_that_grows_is_read_anew(tmp_path):
+    """A Responses run's view holds its later model items: when the host appends one to the
+    last run, the view's ledger key stays but its content grows, so the remembered read must
+    not answer for it (the followers' ids are part of the key)."""
+    svc = service(tmp_path, reference=False, budget=4_000)
+    first = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "looking"}]},
+    ]
+    grown = first + [{"type": "function_call", "call_id": "c1", "name": "shell",
+                      "arguments": json.dumps({"command": "ls " + "x" * 300})}]
+    for messages in (first, grown):
+        request = svc.read("s", messages, "responses", (), None)
+        keys = window_distill.view_keys(request)
+        got = svc.distiller.reads(request.entries, {}, keys)
+        assert got == [Read.of(m) for _, m in request.entries]
+    assert got[-1].calls and got[-1].chars > 300  # the run's view now holds the call
