@@ -8,6 +8,10 @@
     {"type": "head", "id": "m…", "ts": "…"}
     {"type": "decision", "ts": "…", "decision": {…Decision.to_dict()…}}
 
+Lines are written by :func:`index.jsonl.dump_line`: compact JSON through orjson (older ledgers
+have the json module's spaced lines; any JSON reader gets the same values from both): parse
+them, do not grep them.
+
 ``decision`` lines are distillation decisions (``paging.distill``), appended when a
 ``select_context`` pass makes them; for one target the latest line wins. Stored messages are
 never rewritten: a decision only changes what later windows send, and ``recall`` reads the
@@ -42,7 +46,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -51,7 +55,7 @@ from typing import Any
 
 from context_paging.index.canonical import canonical
 from context_paging.index.history import HistoryItem, join_turns, project, stored_messages
-from context_paging.index.jsonl import FileCursor, Issue, file_identity, open_inside
+from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identity, open_inside
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
 from context_paging.paging.distill import Decision
@@ -150,34 +154,38 @@ class LedgerSession:
         ``durable=False``: the lines are written, their ``fsync`` runs in the background; the
         caller must call :meth:`synced` before it acknowledges anything."""
         self.refresh()
-        lines = []
+        lines: list[bytes] = []
         parent = None
+        now = _now()  # one time for the whole append: the messages arrived together
         for message, message_id in zip(messages, ids, strict=True):
             if message_id is None:
                 continue
             if message_id not in self.records:
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
-                          "ts": _now(), "message": message}
-                lines.append(record)
+                          "ts": now, "message": message}
+                lines.append(dump_line(record))
                 self.records[message_id] = record
             parent = message_id
+        new = len(lines)
         new_head = parent
         if new_head != self.head:
-            lines.append({"type": "head", "id": new_head, "ts": _now()})
+            lines.append(dump_line({"type": "head", "id": new_head, "ts": now}))
             self.head = new_head
         if lines:
             self._write(lines, durable)
-        return sum(1 for line in lines if line["type"] == "message")
+        return new
 
     def append_decisions(self, decisions: Sequence[Decision], durable: bool = True) -> None:
         """Persist new distillation decisions (read back by :meth:`refresh` after a restart)."""
         if not decisions:
             return
         self.refresh()
-        lines = [{"type": "decision", "ts": _now(), "decision": d.to_dict()} for d in decisions]
+        now = _now()
+        values = [d.to_dict() for d in decisions]
+        lines = [dump_line({"type": "decision", "ts": now, "decision": v}) for v in values]
         # True: nothing else was written in between, these are the next lines
         if self._write(lines, durable):
-            self.decisions.extend(Decision.from_dict(line["decision"]) for line in lines)
+            self.decisions.extend(Decision.from_dict(v) for v in values)
         else:
             self.refresh()  # read back in ledger order, after any other process's lines
 
@@ -195,11 +203,10 @@ class LedgerSession:
         if failure is not None:
             raise failure
 
-    def _write(self, lines: list[dict[str, Any]], durable: bool = True) -> bool:
+    def _write(self, lines: list[bytes], durable: bool = True) -> bool:
         """Append the lines under the lock. Returns True when the file held exactly what this
         session had read before them, and moves the cursor past them: a 15 MB first append is
         then not read back and parsed again (the caller has the lines already)."""
-        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b", opener=_no_follow) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -208,7 +215,8 @@ class LedgerSession:
                 if size and os.pread(handle.fileno(), 1, size - 1) != b"\n":
                     _cut_partial_line(handle, size)
                 start = os.fstat(handle.fileno()).st_size
-                handle.write(data.encode("utf-8", "surrogatepass"))
+                for chunk in _chunks(lines):
+                    handle.write(chunk)
                 handle.flush()
                 if durable:
                     os.fsync(handle.fileno())
@@ -361,6 +369,29 @@ def _flusher() -> ThreadPoolExecutor:
         if not _FLUSHER:
             _FLUSHER.append(ThreadPoolExecutor(1, thread_name_prefix="ledger-fsync"))
         return _FLUSHER[0]
+
+
+_WRITE_CHUNK = 1 << 20
+
+
+def _chunks(lines: list[bytes]) -> Iterator[bytes]:
+    """The lines joined into pieces of about a MiB, for writing one after the other.
+
+    Joining a 15 MiB first append into one bytes object costs more than serializing it (a
+    fresh allocation that large is mapped anew, and every page of it faults in); pieces of a
+    MiB reuse the same memory. Still under the lock, so no other process's line comes between
+    them; a crash between two pieces leaves a cut-off last line, as a crash inside one write
+    could, and the next append cuts it off."""
+    piece: list[bytes] = []
+    size = 0
+    for line in lines:
+        piece.append(line)
+        size += len(line)
+        if size >= _WRITE_CHUNK:
+            yield b"".join(piece)
+            piece, size = [], 0
+    if piece:
+        yield b"".join(piece)
 
 
 def _no_follow(path: str, flags: int) -> int:

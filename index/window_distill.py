@@ -33,13 +33,17 @@ from context_paging.paging.distill import (
     summarize,
 )
 from context_paging.paging.distill.apply import applied, changed
-from context_paging.paging.distill.conversation import content_chars
+from context_paging.paging.distill.conversation import Read, content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
 from context_paging.paging.distill.plan import Plan, latest, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
+# Remembered message reads: cleared when they hold more views or text than this (they keep the
+# texts alive, so the bound is on characters too: a few long conversations, not every one seen).
+READS = 200_000
+READ_CHARS = 64_000_000
 log = logging.getLogger("context_paging")
 
 
@@ -84,10 +88,16 @@ class Distiller:
         self.config = config
         self.count_text = count_text
         self._plans: OrderedDict[tuple[Any, ...], Plan | None] = OrderedDict()
+        # What a pass reads of each view (text, images, tool calls, size), by what names its
+        # content (see view_keys): a pass reads every entry, and on the next call all but the
+        # new ones are the same messages. The texts are the request's own strings.
+        self._reads: dict[tuple[Any, ...], Read] = {}
+        self._read_chars = 0
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
-             reach: int = 0) -> Plan | None:
+             reach: int = 0, keys: Sequence[tuple[Any, ...] | None] | None = None
+             ) -> Plan | None:
         """The pass's plan over the conversation as the window already shows it (earlier
         decisions applied: an exchange holding a distilled output is costed at its distilled
         size, so savings are never counted twice). Cached, because the sampling judge plans
@@ -103,11 +113,37 @@ class Distiller:
         if prior is None:
             prior = changed(entries, decisions)
         plan = plan_pass(applied(entries, prior), self.config, decisions,
-                         provider=provider, reach=reach)
+                         provider=provider, reach=reach,
+                         reads=None if keys is None else self.reads(entries, prior, keys))
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
         return plan
+
+    def reads(self, entries: Sequence[Entry], changes: Mapping[int, Any],
+              keys: Sequence[tuple[Any, ...] | None]) -> list[Read]:
+        """The :class:`Read` of each of ``applied(entries, changes)``: a replaced message is
+        read, an unchanged one looked up by its key (read once)."""
+        memo = self._reads
+        if len(memo) > READS or self._read_chars > READ_CHARS:
+            memo.clear()
+            self._read_chars = 0
+        reads = []
+        for position, (_, message) in enumerate(entries):
+            if position in changes:
+                shown = changes[position]
+                if shown is not None:  # None: left out with an omitted exchange
+                    reads.append(Read.of(shown))
+                continue
+            key = keys[position]
+            read = memo.get(key) if key is not None else None
+            if read is None:
+                read = Read.of(message)
+                if key is not None:
+                    memo[key] = read
+                    self._read_chars += len(read.text)
+            reads.append(read)
+        return reads
 
     def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
             reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
@@ -120,7 +156,8 @@ class Distiller:
         changes = changed(entries, ledger.decisions)  # what the window already shows
         plan = None
         try:
-            plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach))
+            plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach),
+                             view_keys(request))
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
             shown = applied(entries, changes) if new else []
             new = [self.measured(d, shown) for d in new]
@@ -179,6 +216,21 @@ def shown_views(request: Request, changes: Mapping[int, Any],
             owner = decision
         result[index] = Distilled(dict(message), decision)
     return result
+
+
+def view_keys(request: Request) -> list[tuple[Any, ...] | None]:
+    """Per entry, what determines its view's own content: the format and the view's ledger key
+    (its history id chains the fingerprints of every stored message up to it, and the part
+    names the view of that message); a Responses run's view also holds its later items, so
+    their ids are part of it. What a view takes from earlier messages (a tool name looked up
+    by call id) is not content that ``content_chars`` reads. None: not remembered."""
+    followers = request.views.followers or {}
+    views, ids = request.views.views, request.ids
+    keys: list[tuple[Any, ...] | None] = []
+    for index in request.positions:
+        more = tuple(ids[i] for i in followers.get(views[index].source, ()))
+        keys.append(None if None in more else (request.format, request.keys[index], more))
+    return keys
 
 
 def entry_reach(entries: Sequence[Entry], reach: float | None) -> int:

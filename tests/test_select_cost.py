@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from context_paging.index import window as context
+from context_paging.index import window_distill
 from context_paging.index.ledger import Ledger
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging import select
@@ -138,6 +139,25 @@ def _grep_like_counting_all(lines: list[str]) -> bool:
     return total >= 3 and hits / total >= 0.6
 
 
+def _collect_sized_twice(messages, start, end, config, *, youngest=None, skip=frozenset(),
+                         reach=0, calls=None, reads=None):
+    """``items.collect_sized`` as it was: a walk for the large outputs, one for the small,
+    each reading the messages themselves."""
+    large = items.collect_outputs(messages, start, end, config, floor=config.min_result_chars,
+                                  youngest=youngest, skip=skip, reach=reach, calls=calls)
+    return large, items.collect_small(messages, start, end, config, youngest=youngest,
+                                      skip=skip, calls=calls)
+
+
+def _facts_from_scratch(outputs, calls, reach):
+    """``items.with_facts`` as a second, full collection gives it: every output's facts."""
+    return [items.OutputItem(o.call_id, o.index, o.tool, o.arguments, o.text, o.turn,
+                             o.is_error,
+                             conversation.superseded_by(o.tool, o.arguments, o.turn, calls) or "",
+                             conversation.later_calls_for(o.turn, calls))
+            for o in outputs]
+
+
 @contextlib.contextmanager
 def full_computation():
     """Every shortcut of this module's subject off (see the module docstring)."""
@@ -159,6 +179,12 @@ def full_computation():
         # Each request read from scratch, not built on the session's previous one.
         reader = context.read
         patch.setattr(context, "read", lambda *args: reader(*args[:6]))
+        # Planning: both output walks, a full re-collection, chunks made anew, and every
+        # message read by the pass itself (no keys: no remembered reads).
+        patch.setattr(plan, "collect_sized", _collect_sized_twice)
+        patch.setattr(plan, "with_facts", _facts_from_scratch)
+        patch.setattr(plan, "_chunks", lambda text: tuple(chunk.chunk_output(text)))
+        patch.setattr(window_distill, "view_keys", lambda request: None)
         yield
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from context_paging.index.canonical import canonical, plain
 from context_paging.index.ledger import Ledger
-from context_paging.index.request import FingerprintMemo, same
+from context_paging.index.request import FingerprintMemo, same, snapshot
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
@@ -192,6 +192,13 @@ def test_json_types_are_not_confused_by_python_equality():
     assert memo.fingerprints("s", [{"n": 1}], ()) != memo.fingerprints("s", [{"n": 1.0}], ())
 
 
+def test_floats_are_the_same_only_when_json_writes_them_alike():
+    assert not same({"x": 0.0}, {"x": -0.0})  # equal in Python, "0.0" and "-0.0" in JSON
+    assert same([float("nan")], [float("nan")])  # unequal in Python, "NaN" both in JSON
+    memo = FingerprintMemo()
+    assert memo.fingerprints("s", [{"x": 0.0}], ()) != memo.fingerprints("s", [{"x": -0.0}], ())
+
+
 def test_outputs_beyond_the_windows_reach_are_left_unjudged(tmp_path):
     """One long run (a mid-run checkpoint): old outputs the window cannot hold get no decision
     now, and the window is the one the full pass gives."""
@@ -219,6 +226,16 @@ def test_the_fast_canonical_form_is_byte_for_byte_the_json_modules(value):
     """Fingerprints, and so every stored history id, must not change with the encoder."""
     assert canonical(value) == json.dumps(value, sort_keys=True,
                                           separators=(",", ":")).encode("ascii")
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values, json_values)
+def test_same_values_have_the_same_canonical_form(a, b):
+    """The memo keeps a fingerprint when ``same`` says so: that must never hide a change."""
+    for x, y in ((a, b), (a, snapshot(a)), (a, json.loads(json.dumps(a))), ([a, b], [a, a])):
+        if same(x, y):
+            assert canonical(x) == canonical(y)
+    assert same(a, snapshot(a)) and same(a, json.loads(json.dumps(a)))  # and it sees equality
 
 
 def test_the_encoder_fast_path_is_taken_for_plain_messages():

@@ -134,14 +134,38 @@ class Call:
         return tool_label(self.name, self.arguments)
 
 
-def calls_of(messages: Sequence[Message], start: int, end: int) -> list[Call]:
-    """Tool calls of the assistant messages in [start, end), with their turn in that span."""
+@dataclass(frozen=True, slots=True)
+class Read:
+    """What a pass reads of one message, worked out once per message: its text
+    (:func:`text_of`), whether it holds images, its tool calls as ``(id, name, arguments)``
+    (an assistant's) and :func:`content_chars`. The window keeps these between calls by a key
+    that names the message's content, so a re-sent prefix is not read again."""
+
+    text: str
+    images: bool
+    calls: tuple[tuple[str, str, Mapping[str, Any]], ...]
+    chars: int
+
+    @classmethod
+    def of(cls, message: Message) -> Read:
+        return cls(text_of(message), bool(images_of(message)),
+                   tuple((b["id"], b["name"], arguments_of(b)) for b in tool_calls(message)),
+                   content_chars(message))
+
+
+def calls_of(messages: Sequence[Message], start: int, end: int,
+             reads: Sequence[Read] | None = None) -> list[Call]:
+    """Tool calls of the assistant messages in [start, end), with their turn in that span.
+    ``reads``: the messages' :class:`Read`, when the caller has them."""
     calls: list[Call] = []
     turn = -1
     for i in range(start, end):
         if role(messages[i]) != "assistant":
             continue
         turn += 1
+        if reads is not None:
+            calls.extend(Call(c, name, arguments, turn, i) for c, name, arguments in reads[i].calls)
+            continue
         for block in tool_calls(messages[i]):
             calls.append(Call(block["id"], block["name"], arguments_of(block), turn, i))
     return calls
@@ -167,7 +191,11 @@ def question_of(messages: Sequence[Message], start: int, end: int) -> str:
     return "\n\n".join(parts)
 
 
-def assistant_texts(messages: Sequence[Message], start: int, end: int) -> list[str]:
+def assistant_texts(messages: Sequence[Message], start: int, end: int,
+                    reads: Sequence[Read] | None = None) -> list[str]:
+    if reads is not None:
+        return [text for i in range(start, end)
+                if role(messages[i]) == "assistant" and (text := reads[i].text).strip()]
     return [
         text
         for m in messages[start:end]

@@ -13,11 +13,12 @@ to the original instead), so a stub on one would name a recall call that fails.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from context_paging.paging.distill.config import DistillConfig
 from context_paging.paging.distill.conversation import (
@@ -25,6 +26,7 @@ from context_paging.paging.distill.conversation import (
     Call,
     CallFacts,
     Message,
+    Read,
     assistant_count,
     assistant_texts,
     blocks,
@@ -105,21 +107,78 @@ def collect_outputs(
     when the caller has it."""
     if calls is None:
         calls = calls_of(messages, start, end)
+    facts = _Facts(calls)
+    return [facts.item(i, call, tool, text, is_error, i >= reach)
+            for i, call, tool, text, is_error
+            in _candidates(messages, start, end, config, floor, ceiling, youngest, skip, calls)]
+
+
+def collect_sized(
+    messages: Sequence[Message],
+    start: int,
+    end: int,
+    config: DistillConfig,
+    *,
+    youngest: int | None = None,
+    skip: Container[str] = frozenset(),
+    reach: int = 0,
+    calls: Sequence[Call] | None = None,
+    reads: Sequence[Read] | None = None,
+) -> tuple[list[OutputItem], list[OutputItem]]:
+    """The large outputs (``collect_outputs`` from ``min_result_chars``, with ``reach``) and
+    the small ones (``collect_small``) in one walk over the run: a pass asks for both, and the
+    walk reads every output's text (from ``reads``, the messages' :class:`Read`, if given)."""
+    if calls is None:
+        calls = calls_of(messages, start, end)
+    large_floor, small_floor = config.min_result_chars, config.small_result_min_chars
+    small_wanted = 0 < small_floor < large_floor
+    floor = small_floor if small_wanted else large_floor
+    facts = _Facts(calls)
+    large: list[OutputItem] = []
+    small: list[OutputItem] = []
+    for i, call, tool, text, is_error in _candidates(messages, start, end, config, floor, None,
+                                                     youngest, skip, calls, reads):
+        if len(text) >= large_floor:
+            large.append(facts.item(i, call, tool, text, is_error, i >= reach))
+        else:  # small_floor <= len < large_floor; small outputs are always judged in full
+            item = facts.item(i, call, tool, text, is_error, True)
+            if len(small_stub(item.source)) < len(item.text):
+                small.append(item)
+    return large, small
+
+
+def with_facts(items: Sequence[OutputItem], calls: Sequence[Call],
+               reach: int) -> list[OutputItem]:
+    """``items`` (collected over ``calls``' span with ``reach``) as ``reach`` 0 gives them:
+    the counted-only ones get their ``superseded`` and ``later_calls``. Which outputs are
+    candidates does not depend on ``reach``, so this is the full collection without a second
+    walk over the run."""
+    facts = _Facts(calls)
+    by_id = {c.id: c for c in calls}
+    return [facts.item(item.index, by_id[item.call_id], item.tool, item.text, item.is_error,
+                       True) if item.index < reach else item for item in items]
+
+
+def _candidates(
+    messages: Sequence[Message], start: int, end: int, config: DistillConfig, floor: int,
+    ceiling: int | None, youngest: int | None, skip: Container[str], calls: Sequence[Call],
+    reads: Sequence[Read] | None = None,
+):
+    """(entry index, call, tool, text, is_error) of each output of [start, end) that passes
+    the candidate rules (module docstring) and ``floor ≤ len < ceiling``."""
     by_id = {c.id: c for c in calls}
     excluded = {t.lower() for t in config.exclude_tools}
-    items: list[OutputItem] = []
-    labels: list[str] | None = None  # built once, on the first candidate
-    facts: list[CallFacts] = []
     for i in range(start, end):
         message = messages[i]
         call = by_id.get(message.get("toolCallId")) if role(message) == "toolResult" else None
-        if call is None or call.id in skip or images_of(message):
+        if call is None or call.id in skip or (
+                reads[i].images if reads is not None else images_of(message)):
             continue
         if youngest is not None and call.turn > youngest:
             continue
         is_error = message.get("isError") is True
         tool = message.get("toolName") or call.name or "tool"
-        text = text_of(message)
+        text = reads[i].text if reads is not None else text_of(message)
         if (
             (is_error and not config.distill_errors)
             or not isinstance(tool, str)
@@ -130,18 +189,38 @@ def collect_outputs(
             or is_marked(text)
         ):
             continue
-        if i < reach:
-            items.append(OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error))
-            continue
-        if labels is None:
-            labels, facts = [c.label for c in calls], call_facts(calls)
-        superseded = superseded_by(tool, call.arguments, call.turn, calls, facts) or ""
-        later = later_calls_for(call.turn, calls, labels=labels)
-        items.append(
-            OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error, superseded,
-                       later)
-        )
-    return items
+        yield i, call, tool, text, is_error
+
+
+class _Facts:
+    """Builds output items. An output's facts read only the calls of later turns, so the
+    calls' labels and comparison facts are worked out on demand, from the first later call
+    on (calls are in turn order): a pass that judges the newest outputs of a long run reads
+    the tail of its calls, not all of them."""
+
+    def __init__(self, calls: Sequence[Call]) -> None:
+        self.calls = calls
+        self.turns = [c.turn for c in calls]
+        self.labels: list[str | None] = [None] * len(calls)
+        self.facts: list[CallFacts | None] = [None] * len(calls)
+        self.ready = len(calls)  # labels and facts are known from this call index on
+
+    def item(self, i: int, call: Call, tool: str, text: str, is_error: bool,
+             full: bool) -> OutputItem:
+        if not full:
+            return OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error)
+        first = bisect.bisect_right(self.turns, call.turn)  # the first call of a later turn
+        if first < self.ready:
+            more = self.calls[first:self.ready]
+            self.labels[first:self.ready] = [c.label for c in more]
+            self.facts[first:self.ready] = call_facts(more)
+            self.ready = first
+        later = self.calls[first:]
+        labels = cast(list[str], self.labels[first:])  # all filled from self.ready on
+        facts = cast(list[CallFacts], self.facts[first:])
+        superseded = superseded_by(tool, call.arguments, call.turn, later, facts) or ""
+        return OutputItem(call.id, i, tool, call.arguments, text, call.turn, is_error,
+                          superseded, later_calls_for(call.turn, later, labels=labels))
 
 
 def collect_small(
@@ -189,6 +268,7 @@ def collect_exchanges(
     keep_recent: int,
     skip: Container[str] = frozenset(),
     starts: Sequence[int] | None = None,
+    sizes: Sequence[int] | None = None,
 ) -> list[Exchange]:
     """Earlier, finished exchanges before ``run_start``, without the last ``keep_recent``.
 
@@ -197,7 +277,7 @@ def collect_exchanges(
     message; a last assistant message with tool calls (unfinished); under 2,000 chars of
     editable content, or a stub that would not be shorter. System messages, bash executions and
     summaries are not editable: they stay where they are. ``starts``: ``run_starts(messages)``,
-    when the caller has them.
+    and ``sizes``: ``content_chars`` of each message, when the caller has them.
     """
     if starts is None:
         starts = run_starts(messages)
@@ -205,14 +285,15 @@ def collect_exchanges(
     judged = max(0, len(bounds) - 1 - keep_recent)
     items: list[Exchange] = []
     for start, end in zip(bounds[:judged], bounds[1 : judged + 1], strict=True):
-        exchange = _exchange(ids, messages, start, end, skip)
+        exchange = _exchange(ids, messages, start, end, skip, sizes)
         if exchange is not None:
             items.append(exchange)
     return items
 
 
 def _exchange(
-    ids: Sequence[str], messages: Sequence[Message], start: int, end: int, skip: Container[str]
+    ids: Sequence[str], messages: Sequence[Message], start: int, end: int, skip: Container[str],
+    sizes: Sequence[int] | None = None,
 ) -> Exchange | None:
     prompt_id = ids[start]
     prompt = prompt_text(messages[start])
@@ -224,7 +305,7 @@ def _exchange(
     assistants = [i for i in editable if role(messages[i]) == "assistant"]
     if not assistants or tool_calls(messages[assistants[-1]]):
         return None
-    chars = sum(content_chars(messages[i]) for i in editable)
+    chars = sum(content_chars(messages[i]) if sizes is None else sizes[i] for i in editable)
     omitted = tuple(dict.fromkeys(ids[i] for i in editable[1:] if ids[i] != prompt_id))
     answers = assistant_texts(messages, start, end)
     calls = tuple(c.label for c in calls_of(messages, start, end))
@@ -253,12 +334,13 @@ def collect_images(
     keep_turns: int,
     skip: Container[str] = frozenset(),
     turns: int | None = None,
+    reads: Sequence[Read] | None = None,
 ) -> list[ImageItem]:
     """Tool outputs with images that ``keep_turns`` or more assistant messages follow.
 
     Age alone decides; user images are always kept; an output already marked (our image stub
     leads it, or someone else edited it) is left alone. ``turns``: ``assistant_count(messages)``,
-    when the caller has it.
+    and ``reads``: the messages' :class:`Read`, when the caller has them.
     """
     if keep_turns <= 0:
         return []
@@ -271,6 +353,8 @@ def collect_images(
         call_id = message.get("toolCallId")
         if role(message) != "toolResult" or not isinstance(call_id, str) or call_id in skip:
             continue
+        if reads is not None and not reads[i].images:
+            continue  # images_of would find none
         images = images_of(message)
         if not images or after < keep_turns or is_marked(text_of(message)):
             continue
@@ -280,7 +364,7 @@ def collect_images(
         stub = image_stub(call_id, len(images), sizes, tokens, after)
         texts = sum(len(str(b.get("text", ""))) for b in blocks(message) if b.get("type") == "text")
         if calls is None:
-            calls = {c.id: c for c in calls_of(messages, 0, len(messages))}
+            calls = {c.id: c for c in calls_of(messages, 0, len(messages), reads)}
         call = calls.get(call_id)
         tool = message.get("toolName") or (call.name if call else "tool")
         label = tool_label(str(tool), call.arguments if call else {})

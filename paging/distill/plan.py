@@ -28,6 +28,7 @@ and read/write anchors are Pi's and have no counterpart here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ from context_paging.paging.distill.config import DistillConfig
 from context_paging.paging.distill.conversation import (
     Entry,
     Message,
+    Read,
     assistant_count,
     assistant_texts,
     calls_of,
@@ -62,10 +64,10 @@ from context_paging.paging.distill.items import (
     batch_items,
     collect_exchanges,
     collect_images,
-    collect_outputs,
-    collect_small,
+    collect_sized,
     exchange_item_size,
     small_item_size,
+    with_facts,
 )
 from context_paging.paging.distill.model import Decision, JudgeContext, Phase, Question, fingerprint
 from context_paging.paging.distill.render import clip, format_chars
@@ -142,8 +144,12 @@ def plan_pass(
     *,
     provider: str | None = None,
     reach: int = 0,
+    reads: Sequence[Read] | None = None,
 ) -> Plan | None:
     """What this pass judges, or None when there is nothing to do now.
+
+    ``reads``: each entry's :class:`~paging.distill.conversation.Read`, when the caller has
+    them (the window keeps them per message, so a re-sent prefix is not read again).
 
     ``reach``: large outputs at entries before it are planned (they count towards the batch
     and run-size rules exactly as always) but not judged: the caller knows the window cannot
@@ -162,10 +168,10 @@ def plan_pass(
         if len(starts) < 2 or not _finished(messages, starts[-2], current):
             return None
         return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
-                     whole, reach, starts)
+                     whole, reach, starts, reads)
     if config.mid_run and _between_tool_turns(messages, current):
         return _plan(ids, messages, config, latest(decisions), "mid-run", current,
-                     len(messages), whole, reach, starts)
+                     len(messages), whole, reach, starts, reads)
     return None
 
 
@@ -199,10 +205,11 @@ def _settled(decision: Decision | None, phase: Phase, run_id: str) -> bool:
 def _plan(
     ids: list[str], messages: list[Message], config: DistillConfig,
     known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
-    reach: int, starts: Sequence[int],
+    reach: int, starts: Sequence[int], reads: Sequence[Read] | None = None,
 ) -> Plan | None:
-    """The pass's plan; ``starts`` are the conversation's ``run_starts``. Counts and run starts
-    are read once here and handed to the steps that need them."""
+    """The pass's plan; ``starts`` are the conversation's ``run_starts``, ``reads`` the
+    entries' :class:`Read` when the caller has them. Counts and run starts are read once here
+    and handed to the steps that need them."""
     run_id = ids[start]
     skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
     youngest = None
@@ -210,19 +217,22 @@ def _plan(
     all_turns = run_turns + assistant_count(messages, 0, start)
     if phase == "mid-run":
         youngest = run_turns - 1 - config.mid_run_min_age_turns
-    calls = calls_of(messages, start, end)  # read once for both sizes of output
-    large = collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                            youngest=youngest, skip=skip, reach=reach, calls=calls)
+    calls = calls_of(messages, start, end, reads)  # read once for both sizes of output
+    # both sizes of output in one walk over the run
+    large, small = collect_sized(messages, start, end, config, youngest=youngest, skip=skip,
+                                 reach=reach, calls=calls, reads=reads)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
-    small = collect_small(messages, start, end, config, youngest=youngest, skip=skip,
-                          calls=calls)
     exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip,
-                                   starts=starts) if config.prune_exchanges else [])
-    images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns)
+                                   starts=starts,
+                                   sizes=None if reads is None else [r.chars for r in reads])
+                 if config.prune_exchanges else [])
+    images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns,
+                            reads=reads)
     if not (large or small or exchanges or images):
         return None  # the common case on the hot path: nothing measured
-    sizes = tuple(content_chars(m) for m in messages)
+    sizes = (tuple(content_chars(m) for m in messages) if reads is None
+             else tuple(r.chars for r in reads))
     factor = FACTOR_WHOLE_CONTEXT if whole else FACTOR_PREFIX
     if phase == "mid-run":
         tier = _tier(messages, run_turns, config, large + small, exchanges, images, sizes,
@@ -232,7 +242,7 @@ def _plan(
         exchanges, images = tier
     if not (large or small or exchanges or images):
         return None
-    texts = assistant_texts(messages, start, end)
+    texts = assistant_texts(messages, start, end, reads)
     earlier = _history(messages, start, config.history_exchanges, starts)
     if phase == "run-end":
         question = Question(question_of(messages, start, end), answer=texts[-1] if texts else "",
@@ -246,9 +256,8 @@ def _plan(
     prints = {e.index: message_fingerprint(messages[e.index]) for e in exchanges}
     prints |= {im.index: message_fingerprint(messages[im.index]) for im in images}
     if phase == "run-end" and (exchanges or images) and config.exchange_break_even and reach:
-        reach = 0  # the gate weighs every edit: judge every output, with its full facts
-        large = [*collect_outputs(messages, start, end, config, floor=config.min_result_chars,
-                                  youngest=youngest, skip=skip, calls=calls)] if large else []
+        # the gate weighs every edit: judge every output, with its full facts
+        large, reach = with_facts(large, calls, reach), 0
     return Plan(phase, run_id, start, config, question,
                 tuple(_large(phase, config, item) for item in large if item.index >= reach),
                 tuple(small), tuple(exchanges), tuple(images), batches, members, prints, sizes,
@@ -304,8 +313,16 @@ def _history(messages: list[Message], start: int, count: int, runs: Sequence[int
             "summary": clip(summaries[-1], 2_000) if summaries else ""}
 
 
+@functools.lru_cache(maxsize=64)
+def _chunks(text: str) -> tuple[Chunk, ...]:
+    """``chunk_output`` of a large output's text, remembered by the text: every call plans the
+    outputs within reach again, and from one call to the next they are mostly the same ones.
+    (A few large texts are held; outputs beyond reach are never chunked.)"""
+    return tuple(chunk_output(text))
+
+
 def _large(phase: Phase, config: DistillConfig, item: OutputItem) -> LargeOutput:
-    chunks = tuple(chunk_output(item.text))
+    chunks = _chunks(item.text)
     parts = segment_chunks(chunks, config.max_segment_chars, config.max_chunks_per_segment)
     total_lines = chunks[-1].end if chunks else 0
     segments = tuple(
