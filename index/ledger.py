@@ -89,19 +89,6 @@ def fingerprint(message: Any) -> str:
     return hashlib.sha256(canonical(message)).hexdigest()[:32]
 
 
-def chain_ids(fingerprints: Sequence[str | None]) -> list[str | None]:
-    """History ids for a conversation; ``None`` fingerprints (ephemeral messages) get no id."""
-    ids: list[str | None] = []
-    previous = ""
-    for fp in fingerprints:
-        if fp is None:
-            ids.append(None)
-            continue
-        previous = "m" + hashlib.blake2b(f"{previous}:{fp}".encode(), digest_size=10).hexdigest()
-        ids.append(previous)
-    return ids
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -180,7 +180,7 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
         roles[:same] = earlier.roles[:same]
         interrupted[:same] = earlier.interrupted[:same]
         positions[:] = range(same)
-        entries[:] = zip((ids[v.source] for v in views.views[:same]), vms[:same])
+        entries[:] = zip((ids[v.source] for v in views.views[:same]), vms[:same], strict=True)
     for index, view in enumerate(views.views[same:], same):
         message = view.message
         roles[index] = str(message.get("role"))

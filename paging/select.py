@@ -203,7 +203,7 @@ def select_context(
     # Outgoing system messages are covered by the resident estimate (§5.3).
     # (``role_of`` inlined: this and the roles below are passes over the whole conversation.)
     roles = [m.get("role") for m in messages]
-    costs = [0 if role == "system" else cost for role, cost in zip(roles, estimates)]
+    costs = [0 if role == "system" else estimates[i] for i, role in enumerate(roles)]
     if outgoing_only is None or len(outgoing_only) != len(messages):
         outgoing_only = [False] * len(messages)
     selector = _Selector(

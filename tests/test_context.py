@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from context_paging.index.ledger import Ledger, LedgerError, chain_ids, fingerprint
+from context_paging.index.ledger import Ledger, LedgerError, fingerprint
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.formats import FormatError, detect_format
+from context_paging.paging.request import chain_ids
 from context_paging.paging.select import ContextSelectionError
 
 BIG = "x" * 8_000  # 2,000 chars4 tokens

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from context_paging.index.history import project
-from context_paging.index.ledger import Ledger, LedgerSession, chain_ids, fingerprint
+from context_paging.index.ledger import Ledger, LedgerSession, fingerprint
+from context_paging.paging.request import chain_ids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

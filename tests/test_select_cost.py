@@ -31,6 +31,8 @@ from context_paging.paging.units import normalize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.test_window_cost import outcome
+
 
 def words(text: str) -> int:
     """A deterministic stand-in tokenizer, not proportional to characters."""
@@ -74,15 +76,6 @@ def turn(n: int, lines: int, path: str, answer: bool, failing: bool) -> list[dic
         messages.append({"role": "assistant", "stopReason": "stop", "timestamp": n * 4 + 3,
                          "content": [{"type": "text", "text": f"`{path}` has needle{n % 5}"}]})
     return messages
-
-
-def outcome(svc: ContextService, **kwargs) -> str:
-    """The reply (or the error) as canonical JSON, plus the state it leaves behind."""
-    try:
-        reply = svc.select("s", **kwargs)
-    except ContextSelectionError as exc:
-        reply = {"error": exc.code, "text": str(exc)}
-    return json.dumps([reply, svc.ledger.load_state("s")], sort_keys=True)
 
 
 def _apply_everywhere(self: select._Selector, frontier: select.Frontier):
@@ -221,7 +214,8 @@ def test_after_id_calls_answer_as_a_from_scratch_full_computation(
         last, sent = json.loads(got)[0], upto
         # Spare time between calls (counting ahead, until done or stopped after some views).
         asked = iter(range(10**9))
-        fast.idle(math.inf, None if ahead is None else lambda: next(asked) >= ahead)
+        fast.idle(math.inf, None if ahead is None
+                  else lambda asked=asked: next(asked) >= ahead)
 
 
 def test_the_property_reaches_distillation_and_cut_advances(tmp_path):
