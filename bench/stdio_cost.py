@@ -83,10 +83,14 @@ def main() -> None:
                 mcp_server.SelectContextResult(**reply)))
             timed("output check: structured content", lambda: tool.fn_metadata.convert_result(
                 result))
-            out = timed("dump: JSON-RPC response line", lambda: types.JSONRPCResponse(
+            response = timed("dump: the SDK's result dict", lambda: types.JSONRPCResponse(
                 jsonrpc="2.0", id=n, result=result.model_dump(
-                    by_alias=True, mode="json", exclude_none=True))
-                .model_dump_json(by_alias=True, exclude_unset=True))
+                    by_alias=True, mode="json", exclude_none=True)))
+            out = timed("dump: the SDK's JSON-RPC line", lambda: response.model_dump_json(
+                by_alias=True, exclude_unset=True))
+            ours = timed("dump: serve's line (transport.dump_response)",
+                         lambda: transport.dump_response(response))
+            assert ours == out, "the serve dump must give the SDK's bytes (and apply here)"
             timed("client: parse the reply", lambda: types.CallToolResult.model_validate(
                 types.jsonrpc_message_adapter.validate_json(out, by_name=False).result))
             sizes["cold" if steps is cold else "after_id"].append((len(line), len(out)))

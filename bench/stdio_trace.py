@@ -44,6 +44,16 @@ if os.environ.get("PIPE_SZ"):
     import fcntl; print(fcntl.fcntl(1, 1031, int(os.environ["PIPE_SZ"])), file=sys.stderr)
 def stamp(name): trace.write(json.dumps([name, time.monotonic()]) + "\n")
 
+import gc, threading
+gc_time = [0.0, 0, 0.0]  # seconds spent in the cyclic GC, collections, start of the current one
+def on_gc(phase, info):
+    if phase == "start":
+        gc_time[2] = time.perf_counter()
+    else:
+        gc_time[0] += time.perf_counter() - gc_time[2]
+        gc_time[1] += 1
+gc.callbacks.append(on_gc)
+
 read = transport._Stdin.__anext__
 async def traced_read(self):
     line = await read(self)
@@ -55,10 +65,12 @@ transport._Stdin.__anext__ = traced_read
 select = service.History.select_context
 def traced_select(self, *args, **kwargs):
     stamp("library_start")
+    before = gc_time[0]
     try:
         return select(self, *args, **kwargs)
     finally:
         stamp("library_end")
+        trace.write(json.dumps(["gc_in_library", gc_time[0] - before]) + "\n")
 service.History.select_context = traced_select
 
 from context_paging.server import mcp_server
@@ -76,6 +88,7 @@ if hasattr(mcp_server, "_reply"):
 from mcp.shared import jsonrpc_dispatcher
 write_result = jsonrpc_dispatcher.JSONRPCDispatcher._write_result
 async def traced_write_result(self, request_id, result):
+    trace.write(json.dumps(["gc_total", gc_time[0]]) + "\n")
     if "structuredContent" in result and "last_message_id" in result["structuredContent"]:
         stamp("response")
     return await write_result(self, request_id, result)
@@ -167,10 +180,13 @@ def main() -> None:
                            ("  SDK dump", c.get("response", 0), c["write_start"]),
                            ("write", c["write_start"], c["write_end"]),
                            ("client", c["write_end"], end),
-                           ("total", start, end)):
+                           ("total", start, end),
+                           ("GC in library", 0, c.get("gc_in_library", 0)),
+                           ("GC server-side", c.get("gc_prev", 0), c.get("gc_total", 0))):
             spans.setdefault(name, []).append(b - a)
     for name, values in spans.items():
-        print(f"{name:<16} {statistics.median(values) * 1000:7.2f} ms  (p50 of {len(values)})")
+        print(f"{name:<16} {statistics.median(values) * 1000:7.2f} ms  (p50 of {len(values)}; "
+              f"max {max(values) * 1000:.2f})")
 
 
 def _per_call(stamps: list) -> list[dict[str, float]]:
@@ -181,7 +197,10 @@ def _per_call(stamps: list) -> list[dict[str, float]]:
             continue
         if name == "read":
             calls.append({})
-        calls[-1].setdefault(name, t)
+            if len(calls) > 1:  # the GC time from one reply's dump to the next one's
+                calls[-1]["gc_prev"] = calls[-2].get("gc_total", 0)
+        if calls:
+            calls[-1].setdefault(name, t)
     return calls
 
 
