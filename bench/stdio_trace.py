@@ -53,6 +53,9 @@ def on_gc(phase, info):
         gc_time[0] += time.perf_counter() - gc_time[2]
         gc_time[1] += 1
 gc.callbacks.append(on_gc)
+GC_MODE = os.environ.get("STDIO_TRACE_GC", "")  # experiments: "off" (no cyclic GC), "freeze"
+if GC_MODE == "off":
+    gc.disable()
 
 read = transport._Stdin.__anext__
 async def traced_read(self):
@@ -70,10 +73,20 @@ def traced_select(self, *args, **kwargs):
         return select(self, *args, **kwargs)
     finally:
         stamp("library_end")
+        if GC_MODE == "freeze":
+            gc.freeze()  # what the calls so far allocated is never walked again
         trace.write(json.dumps(["gc_in_library", gc_time[0] - before]) + "\n")
 service.History.select_context = traced_select
 
 from context_paging.server import mcp_server
+judge_for = mcp_server.judge_for
+async def traced_judge_for(*args, **kwargs):
+    stamp("tool_start")  # the SDK is done: JSON-RPC, then the arguments validated
+    try:
+        return await judge_for(*args, **kwargs)
+    finally:
+        stamp("judge_end")
+mcp_server.judge_for = traced_judge_for
 if os.environ.get("STDIO_TRACE_NO_TEXT_COPY"):  # an experiment only: what the copy costs
     mcp_server.compact_json = lambda value: "{}"
 if hasattr(mcp_server, "_reply"):
@@ -172,6 +185,9 @@ def main() -> None:
     for (start, end), c in zip(client_stamps, calls, strict=True):
         for name, a, b in (("request in", start, c["read"]),
                            ("to the library", c["read"], c["library_start"]),
+                           ("  SDK to our tool", c["read"], c.get("tool_start", 0)),
+                           ("  sampling judge", c.get("tool_start", 0), c.get("judge_end", 0)),
+                           ("  worker hop", c.get("judge_end", 0), c["library_start"]),
                            ("library", c["library_start"], c["library_end"]),
                            ("reply out", c["library_end"], c["write_start"]),
                            ("  back on the loop", c["library_end"], c.get("reply_start", 0)),
