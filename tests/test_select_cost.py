@@ -527,3 +527,37 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
                     == read(edited, fmt, [], prints(edited), (), True))
     assert valid >= 2 and reused == (0 if fmt == "responses" else valid)
     assert unchanged == (0 if fmt == "responses" else valid)
+
+
+@pytest.mark.parametrize("fmt", ["pi", "anthropic", "openai", "responses"])
+def test_view_keys_without_followers_are_the_general_walks(fmt):
+    """``window_distill.view_keys`` answers a request without Responses runs in one
+    comprehension; it must equal the general walk (each view's later items looked up)."""
+    from context_paging.index.ledger import fingerprint
+    from context_paging.paging.request import read
+
+    messages = {
+        "pi": [_message(k, n) for k, n in [("user", 0), ("call", 1), ("result", 1),
+                                           ("answer", 0), ("user", 1)]],
+        "anthropic": [{"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": [
+                          {"type": "tool_use", "id": "t1", "name": "read", "input": {}}]},
+                      {"role": "user", "content": [
+                          {"type": "tool_result", "tool_use_id": "t1", "content": "A"},
+                          {"type": "text", "text": "more"}]}],
+        "openai": [{"role": "system", "content": "sys"}, {"role": "user", "content": "list"},
+                   {"role": "assistant", "content": "done"}],
+        "responses": [{"role": "user", "content": "go"},
+                      {"type": "function_call", "call_id": "f1", "name": "ls",
+                       "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "f1", "output": "x"}],
+    }[fmt]
+    request = read(messages, fmt, [], lambda skip: [
+        None if i in skip else fingerprint(m) for i, m in enumerate(messages)])
+    followers = request.views.followers or {}
+    general = []
+    for index in request.positions:
+        more = tuple(request.ids[i]
+                     for i in followers.get(request.views.views[index].source, ()))
+        general.append(None if None in more else (request.format, request.keys[index], more))
+    assert window_distill.view_keys(request) == general and general
