@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -384,11 +384,31 @@ def join_turns(messages: list[Message], joinable: set[str]) -> list[Message]:
 class LedgerHistory:
     """The selector's ``RawHistory``, answered from the ledger and the request."""
 
-    def __init__(self, request: Request, items: Sequence[HistoryItem]):
+    def __init__(self, request: Request,
+                 items: Sequence[HistoryItem] | Callable[[], Sequence[HistoryItem]]):
+        """``items``: the ledger's history items, or what makes them (``LedgerSession.items``):
+        then they are made only when the selector first asks about a frontier or the last
+        item, which most calls never do (the ledger does not change within a call, so the
+        answer is the same as made up front)."""
         self.request = request
-        self.items = {item.history_id: item for item in items}
-        self.last = items[-1] if items else None
+        self._source = items
+        self._items: dict[str, HistoryItem] | None = None
+        self._last: HistoryItem | None = None
         self._owner: dict[int, tuple[str, str, str]] | None = None  # built when first asked
+
+    @property
+    def items(self) -> dict[str, HistoryItem]:
+        if self._items is None:
+            source = self._source
+            items = source() if callable(source) else source
+            self._items = {item.history_id: item for item in items}
+            self._last = items[-1] if items else None
+        return self._items
+
+    @property
+    def last(self) -> HistoryItem | None:
+        self.items  # noqa: B018 — made with the items
+        return self._last
 
     def indexes_of(self, history_id: str) -> list[int]:
         """The views whose ``key_of`` can name ``history_id``: those of its host message (a

@@ -59,6 +59,7 @@ from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identi
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
 from context_paging.paging.distill import Decision
+from context_paging.paging.request import _common_start
 
 log = logging.getLogger("context_paging")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -108,7 +109,7 @@ class LedgerSession:
         # The last path converted (ids, call-id -> name map after them, Messages before
         # join_turns, joinable ids) and the last projection (its Messages, its items): a
         # conversation that grew by a turn converts and projects only that turn (issue 12).
-        self._path: tuple[list[str], dict[str, str], list[Message], set[str]] | None = None
+        self._path: _Path | None = None
         self._projected: tuple[list[Message], tuple[HistoryItem, ...]] | None = None
         self._flushing: list[Future[None]] = []  # fsyncs still running (durable=False writes)
         self._flush_lock = threading.Lock()
@@ -241,7 +242,16 @@ class LedgerSession:
         out: list[str] = []
         seen: set[str] = set()
         current = self.head
+        # The walk back may stop at an id of the last path converted: the rest of the walk
+        # would retrace that path's start (records are only ever added, never changed, and its
+        # first message still has no parent, so the walk would end there again).
+        cached = self._path
+        known = cached.at if cached is not None and cached.ids and self.records[
+            cached.ids[0]].get("parent") is None else {}
         while current is not None and current in self.records and current not in seen:
+            position = known.get(current)
+            if position is not None:
+                return [*cached.ids[:position + 1], *reversed(out)]  # type: ignore[union-attr]
             seen.add(current)
             out.append(current)
             current = self.records[current].get("parent")
@@ -263,17 +273,15 @@ class LedgerSession:
 
     def messages(self) -> list[Message]:
         ids = self.path_ids()
+        # Chain ids commit to their whole prefix: the ids this path shares at its start with
+        # the last one converted are the same conversation, already converted (with the same
+        # call names); the last path is cut back to them and only the ids after are new.
         cached = self._path
-        # Chain ids commit to their whole prefix: if the last path's newest id sits at the same
-        # position in this one, everything before it is the same conversation, already
-        # converted (with the same call names), and only the ids after it are new.
-        if cached is not None and cached[0] and len(cached[0]) <= len(ids) \
-                and ids[len(cached[0]) - 1] == cached[0][-1]:
-            names, out, joinable = cached[1], cached[2], cached[3]
-            start = len(cached[0])
-        else:
-            names, out, joinable, start = {}, [], set(), 0
-        for message_id in ids[start:]:
+        if cached is None:
+            cached = self._path = _Path()
+        start = cached.cut(_common_start(ids, cached.ids))
+        names, out, joinable = cached.names, cached.out, cached.joinable
+        for names.position, message_id in enumerate(ids[start:], start):
             converted = self._converted.get(message_id)
             if converted is None:
                 record = self.records[message_id]
@@ -288,7 +296,7 @@ class LedgerSession:
             if self.records[message_id].get("format") == "responses":
                 joinable.add(message_id)
             out.extend(converted)
-        self._path = (ids, names, out, joinable)
+            cached.add(message_id, len(out))
         return join_turns(out, joinable) if joinable else list(out)
 
     def items(self) -> tuple[HistoryItem, ...]:
@@ -336,6 +344,64 @@ def _project_extending(previous: tuple[list[Message], tuple[HistoryItem, ...]] |
     tail = project(messages[boundary:], path).items
     return old_items[:before] + tuple(replace(item, sequence=item.sequence + before)
                                       for item in tail)
+
+
+_MISSING = object()
+
+
+class _Names(dict[str, str]):
+    """The call-id -> tool-name map of a converted path, logging each write with the path
+    position being converted, so the map can be wound back to what it was before a position
+    (conversion writes it with ``names[id] = name``, which this class sees)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.position = 0
+        self.log: list[tuple[int, str, Any]] = []
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.log.append((self.position, key, self.get(key, _MISSING)))
+        super().__setitem__(key, value)
+
+    def rewind(self, position: int) -> None:
+        """Undo every write made at ``position`` or later, newest first."""
+        log = self.log
+        while log and log[-1][0] >= position:
+            _, key, old = log.pop()
+            if old is _MISSING:
+                super().__delitem__(key)
+            else:
+                super().__setitem__(key, old)
+
+
+class _Path:
+    """The last path converted: its ids (``at``: id -> position), the Messages they became
+    (``ends``: how many after each id), before ``join_turns``, the names map after them and the
+    ids of Responses items (joinable)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.at: dict[str, int] = {}
+        self.ends: list[int] = []
+        self.out: list[Message] = []
+        self.names = _Names()
+        self.joinable: set[str] = set()
+
+    def cut(self, keep: int) -> int:
+        """Forget every id from position ``keep`` on, as if only the first ``keep`` had been
+        converted; returns ``keep``."""
+        for message_id in self.ids[keep:]:
+            del self.at[message_id]
+            self.joinable.discard(message_id)
+        del self.ids[keep:], self.ends[keep:]
+        del self.out[self.ends[-1] if self.ends else 0:]
+        self.names.rewind(keep)
+        return keep
+
+    def add(self, message_id: str, end: int) -> None:
+        self.at[message_id] = len(self.ids)
+        self.ids.append(message_id)
+        self.ends.append(end)
 
 
 def _remember_names(messages: Sequence[Message], names: dict[str, str]) -> None:

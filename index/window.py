@@ -306,7 +306,7 @@ class ContextService:
             context_tokens=calibration.context_tokens if calibration else None,
             token_estimates=calibration.token_estimates if calibration else None,
             outgoing_only=request.outgoing,
-            raw=LedgerHistory(request, call.ledger.items()), cut_state=call.cut_state,
+            raw=LedgerHistory(request, call.ledger.items), cut_state=call.cut_state,
             notice_tokens=self.notice_tokens, normalized=request.normalized,
         )
 

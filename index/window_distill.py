@@ -226,6 +226,9 @@ def view_keys(request: Request) -> list[tuple[Any, ...] | None]:
     by call id) is not content that ``content_chars`` reads. None: not remembered."""
     followers = request.views.followers or {}
     views, ids = request.views.views, request.ids
+    if not followers:  # every format but Responses: one comprehension over every entry
+        fmt, own = request.format, request.keys
+        return [(fmt, own[index], ()) for index in request.positions]
     keys: list[tuple[Any, ...] | None] = []
     for index in request.positions:
         more = tuple(ids[i] for i in followers.get(views[index].source, ()))

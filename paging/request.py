@@ -146,17 +146,25 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
          stored: Sequence[str] = (), validate: bool = False,
          earlier: Request | None = None) -> Request:
     """The request value. ``prints(skip)``: the fingerprint of every host message, None for the
-    skipped ones. ``validate``: check the exchanges first (``paging.units.normalize``), so a
-    malformed request is refused before its fingerprints are taken or anything is stored
-    (specs/paging.md §1.5); the result is kept for the selector.
+    skipped ones. ``validate``: check the exchanges (``paging.units.normalize``), so a
+    malformed request is refused before anything is stored (specs/paging.md §1.5), and with no
+    ``earlier`` before its fingerprints are taken; the result is kept for the selector.
 
     ``earlier``: the same session's previous request. What it derived for the leading messages
     both share is reused instead of derived again (the value is the same either way;
     tests/test_select_cost.py proves it against reading from scratch): its ids for the shared
-    fingerprints, and, for the leading ``stored`` messages of an ``after_id`` request whose ids
-    it holds, its normalization and per-view fields."""
+    fingerprints, and its normalization and per-view fields for the leading views both share:
+    those of the leading ``stored`` messages of an ``after_id`` request whose ids it holds, or,
+    for the whole conversation, of the leading messages with its fingerprints."""
     fmt, views = parse(messages, fmt, ephemeral)
+    skip = frozenset(ephemeral) | frozenset(views.resident)
     same = _shared_views(views, stored, earlier)
+    fingerprints: tuple[str | None, ...] | None = None
+    if earlier is not None and not stored:
+        # The whole conversation again: its fingerprints (mostly reused, index.request) show
+        # how many leading messages are the earlier request's, so they are taken first here.
+        fingerprints = tuple(prints(skip))
+        same = _unchanged_views(views, fingerprints, earlier)
     vms = [v.message for v in views.views]
     normalized = None
     if validate:
@@ -164,8 +172,8 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
         if same and earlier is not None and earlier.normalized is not None:
             known = (earlier.normalized, same)
         normalized = normalize(vms, known)
-    skip = frozenset(ephemeral) | frozenset(views.resident)
-    fingerprints = tuple(prints(skip))
+    if fingerprints is None:
+        fingerprints = tuple(prints(skip))
     ids = tuple(chain_ids(fingerprints, earlier))
     n = len(views.views)
     outgoing = [False] * n
@@ -196,6 +204,25 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
     return Request(tuple(messages), fmt, views, skip, fingerprints, ids, tuple(stored),
                    tuple(outgoing), tuple(keys), tuple(roles), tuple(interrupted),
                    tuple(positions), tuple(entries), normalized)
+
+
+def _unchanged_views(views: Views, fingerprints: Sequence[str | None],
+                     earlier: Request) -> int:
+    """How many leading views of a whole-conversation request are those of ``earlier``: the
+    views of its leading messages whose fingerprints are the earlier request's, up to the first
+    outgoing-only one (no fingerprint, so nothing says it is unchanged). The same fingerprint
+    is the same JSON value, so the same views, roles, stop reasons; and the same fingerprints
+    from the start give the same chain ids, so the same keys (:func:`_shared_views` says why
+    Responses is left out)."""
+    if views.format == "responses" or earlier.format != views.format:
+        return 0
+    count = _common_start(fingerprints, earlier.fingerprints)
+    if None in fingerprints[:count]:
+        count = fingerprints.index(None)
+    same = sum(views.parts[:count])
+    if sum(earlier.views.parts[:count]) != same or any(earlier.outgoing[:same]):
+        return 0
+    return same
 
 
 def _shared_views(views: Views, stored: Sequence[str], earlier: Request | None) -> int:

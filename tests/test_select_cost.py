@@ -218,6 +218,45 @@ def test_after_id_calls_answer_as_a_from_scratch_full_computation(
                   else lambda asked=asked: next(asked) >= ahead)
 
 
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    turns=st.lists(st.tuples(st.integers(0, 160), st.sampled_from(PATHS), st.booleans(),
+                             st.booleans()), min_size=3, max_size=16),
+    budget=st.integers(200, 4_000),
+    steps=st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["grow", "tail", "edit"]),
+                             st.one_of(st.none(), st.integers(0, 60))), min_size=2, max_size=5),
+)
+def test_whole_conversation_calls_answer_as_a_from_scratch_full_computation(
+        tmp_path_factory, turns, budget, steps):
+    """The whole conversation each time, read on the session's previous request (its
+    fingerprints show the unchanged start): turns appended (``grow``), inserted before a
+    trailing request that stays last (``tail``, as the bench does), or after an earlier
+    message changed (``edit``); sometimes with an ephemeral message."""
+    messages = [m for n, (lines, path, answer, failing) in enumerate(turns)
+                for m in turn(n, lines, path, answer, failing)]
+    fast = service(tmp_path_factory.mktemp("fast"), reference=False, budget=budget)
+    full = service(tmp_path_factory.mktemp("full"), reference=True, budget=budget)
+    upto = max(1, len(messages) - 4 * sum(grow for grow, _, _ in steps))
+    sent: list[dict] = messages[:upto]
+    for grow, how, ephemeral in steps:
+        more, upto = messages[upto:upto + 4 * grow], upto + 4 * grow
+        if how == "tail":
+            sent = [*sent[:-1], *more, {"role": "user", "content": "go on"}]
+        elif how == "edit" and sent:
+            at = (ephemeral or 0) % len(sent)
+            changed = json.loads(json.dumps(sent[at]))
+            changed["timestamp"] = -1 - at
+            sent = [*sent[:at], changed, *sent[at + 1:], *more]
+        else:
+            sent = [*sent, *more]
+        args = {"fmt": "pi", "system": "sys", "token_budget": budget,
+                "ephemeral": [] if ephemeral is None else [ephemeral % len(sent)]}
+        got = outcome(fast, messages=sent, **args)
+        with full_computation():  # each request read from scratch, and no other shortcut
+            assert got == outcome(full, messages=sent, **args)
+
+
 def test_the_property_reaches_distillation_and_cut_advances(tmp_path):
     """The shapes above do exercise what the shortcuts touch: decisions (removals of
     superseded reads among them) and a remembered cut that advances."""
@@ -427,9 +466,10 @@ def test_normalizing_on_an_earlier_requests_atoms_is_normalizing_from_scratch(
 @pytest.mark.parametrize("fmt", ["pi", "anthropic", "openai", "responses"])
 def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt):
     """``paging.request.read`` with ``earlier`` (the session's previous request) gives the same
-    value as without, for an ``after_id`` request, in every format."""
+    value as without, for an ``after_id`` request and for the whole conversation, in every
+    format."""
     from context_paging.index.ledger import fingerprint
-    from context_paging.paging.request import _shared_views, read
+    from context_paging.paging.request import _shared_views, _unchanged_views, read
 
     conversations = {
         "pi": [_message(k, n) for k, n in [("user", 0), ("call", 1), ("result", 1),
@@ -464,7 +504,7 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
     def prints(batch):
         return lambda skip: [None if i in skip else fingerprint(m) for i, m in enumerate(batch)]
 
-    reused = valid = 0
+    reused = valid = unchanged = 0
     for upto in range(1, len(messages)):
         try:
             earlier = read(messages[:upto], fmt, [], prints(messages[:upto]), validate=True)
@@ -475,4 +515,49 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
         built = read(messages, fmt, [], prints(messages), stored, True, earlier)
         assert built == read(messages, fmt, [], prints(messages), stored, True)
         reused += bool(_shared_views(built.views, stored, earlier))
+        # The whole conversation again (no ``stored``): the fingerprints show the shared start.
+        whole = read(messages, fmt, [], prints(messages), (), True, earlier)
+        assert whole == read(messages, fmt, [], prints(messages), (), True)
+        unchanged += bool(_unchanged_views(whole.views, whole.fingerprints, earlier))
+        # ... and with the earlier request's last message changed, sent again after it.
+        edited = [*messages[:upto - 1], {**messages[upto - 1], "edited": True},
+                  *messages[upto - 1:]]
+        with contextlib.suppress(ContextSelectionError):
+            assert (read(edited, fmt, [], prints(edited), (), True, earlier)
+                    == read(edited, fmt, [], prints(edited), (), True))
     assert valid >= 2 and reused == (0 if fmt == "responses" else valid)
+    assert unchanged == (0 if fmt == "responses" else valid)
+
+
+@pytest.mark.parametrize("fmt", ["pi", "anthropic", "openai", "responses"])
+def test_view_keys_without_followers_are_the_general_walks(fmt):
+    """``window_distill.view_keys`` answers a request without Responses runs in one
+    comprehension; it must equal the general walk (each view's later items looked up)."""
+    from context_paging.index.ledger import fingerprint
+    from context_paging.paging.request import read
+
+    messages = {
+        "pi": [_message(k, n) for k, n in [("user", 0), ("call", 1), ("result", 1),
+                                           ("answer", 0), ("user", 1)]],
+        "anthropic": [{"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": [
+                          {"type": "tool_use", "id": "t1", "name": "read", "input": {}}]},
+                      {"role": "user", "content": [
+                          {"type": "tool_result", "tool_use_id": "t1", "content": "A"},
+                          {"type": "text", "text": "more"}]}],
+        "openai": [{"role": "system", "content": "sys"}, {"role": "user", "content": "list"},
+                   {"role": "assistant", "content": "done"}],
+        "responses": [{"role": "user", "content": "go"},
+                      {"type": "function_call", "call_id": "f1", "name": "ls",
+                       "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": "f1", "output": "x"}],
+    }[fmt]
+    request = read(messages, fmt, [], lambda skip: [
+        None if i in skip else fingerprint(m) for i, m in enumerate(messages)])
+    followers = request.views.followers or {}
+    general = []
+    for index in request.positions:
+        more = tuple(request.ids[i]
+                     for i in followers.get(request.views.views[index].source, ()))
+        general.append(None if None in more else (request.format, request.keys[index], more))
+    assert window_distill.view_keys(request) == general and general
