@@ -176,7 +176,26 @@ class _Stdin:
         return line
 
 
-class _Answering:
+class _Wrapped:
+    """A stream of the SDK's wrapped by one of ours: opening and closing go to the inner one."""
+
+    _inner: Any
+
+    async def __aenter__(self) -> Any:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _Answering(_Wrapped):
     """The SDK's read stream, with an error reply for every line it could not read."""
 
     def __init__(self, inner: Any, write_stream: Any, stdin: _Stdin) -> None:
@@ -234,19 +253,6 @@ class _Answering:
             message = types.JSONRPCError(jsonrpc="2.0", id=big.ident, error=types.ErrorData(
                 code=types.INVALID_REQUEST, message=text))
         await self._write.send(SessionMessage(message))
-
-    async def __aenter__(self) -> _Answering:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._inner.__aexit__(*exc_info)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 def _parses(line: str) -> bool:
@@ -372,7 +378,7 @@ def dump_response(message: Any) -> str | None:
         return None
 
 
-class _Predumping:
+class _Predumping(_Wrapped):
     """The server's write stream, each response handed on as its JSON text (:func:`dump_response`);
     anything else goes as it is, for the SDK to dump."""
 
@@ -384,19 +390,6 @@ class _Predumping:
         if text is not None:
             item = SessionMessage(_Dumped(text), metadata=item.metadata)  # type: ignore[arg-type]
         await self._inner.send(item)
-
-    async def __aenter__(self) -> _Predumping:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._inner.__aexit__(*exc_info)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def close(self) -> None:
-        self._inner.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
