@@ -28,3 +28,15 @@ def require(folder: Path, what: str = "recorded sessions",
     if not found:
         raise SystemExit(f"{what} not found in {folder}; this benchmark needs them ({hint})")
     return folder
+
+
+def agent_path(roots: dict[str, Path], path: Path) -> Path:
+    """Where a recorded session goes under agent roots laid out as each agent names its files
+    (``pi/``, ``claude-code/`` or ``codex/`` by its folder), so discovery finds it as it would
+    find the agent's own."""
+    stem = path.stem
+    if path.parent.name == "pi":
+        return roots["pi"] / "--work-app--" / f"2026-01-01T00-00-00-000Z_{stem}.jsonl"
+    if path.parent.name == "claude-code":
+        return roots["claude"] / "-work-app" / f"{stem}.jsonl"
+    return roots["codex"] / "2026" / "01" / "01" / f"rollout-{stem}.jsonl"

@@ -38,10 +38,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-FIXTURES = HERE.parent.parent / "shared" / "fixtures" / "sessions"
-if not FIXTURES.exists():
-    FIXTURES = Path("/work/shared/fixtures/sessions")
+try:
+    from bench.recorded import agent_path, sessions_folder
+except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself is on the path
+    from recorded import agent_path, sessions_folder
+
+FIXTURES = sessions_folder()
 
 _COMPOUND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:@-]*[A-Za-z0-9_]")
 _URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
@@ -54,13 +56,7 @@ KINDS = ("whole", "basename", "tail", "dotted", "host", "uuid", "error")
 def lay_out(tmp: Path, fixtures: Path) -> dict[str, Path]:
     roots = {"pi": tmp / "pi", "claude": tmp / "claude", "codex": tmp / "codex"}
     for path in sorted(fixtures.rglob("*.jsonl")):
-        stem = path.stem
-        if path.parent.name == "pi":
-            target = roots["pi"] / "--work-app--" / f"2026-01-01T00-00-00-000Z_{stem}.jsonl"
-        elif path.parent.name == "claude-code":
-            target = roots["claude"] / "-work-app" / f"{stem}.jsonl"
-        else:
-            target = roots["codex"] / "2026" / "01" / "01" / f"rollout-{stem}.jsonl"
+        target = agent_path(roots, path)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
     return roots

@@ -14,6 +14,7 @@ from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
 from mcp import Client
 
+from bench.recorded import agent_path
 from tests.conftest import (
     ALL_FIXTURES,
     ALL_SAMPLES,
@@ -39,13 +40,7 @@ def lay_out(tmp: Path, with_recorded: bool = HAVE_RECORDED) -> dict[str, Path]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
     for path in ALL_FIXTURES if with_recorded else ():
-        stem = path.stem
-        if path.parent.name == "pi":
-            target = roots["pi"] / "--work-app--" / f"2026-01-01T00-00-00-000Z_{stem}.jsonl"
-        elif path.parent.name == "claude-code":
-            target = roots["claude"] / "-work-app" / f"{stem}.jsonl"
-        else:
-            target = roots["codex"] / "2026" / "01" / "01" / f"rollout-{stem}.jsonl"
+        target = agent_path(roots, path)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
     return roots
