@@ -59,7 +59,7 @@ from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identi
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
 from context_paging.paging.distill import Decision
-from context_paging.paging.request import _common_start
+from context_paging.paging.request import common_start
 
 log = logging.getLogger("context_paging")
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -279,7 +279,7 @@ class LedgerSession:
         cached = self._path
         if cached is None:
             cached = self._path = _Path()
-        start = cached.cut(_common_start(ids, cached.ids))
+        start = cached.cut(common_start(ids, cached.ids))
         names, out, joinable = cached.names, cached.out, cached.joinable
         for names.position, message_id in enumerate(ids[start:], start):
             converted = self._converted.get(message_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from context_paging.index.overwrite import overwrite
 from context_paging.index.stats import ProxyFigures
+from context_paging.paging.request import common_start
 
 LAST = "last.json"
 # The recovery tools default to the proxied conversation while it is in use; a proxy that last
@@ -69,18 +70,6 @@ def conversation_stats(home: Path, ref: str) -> dict[str, Any] | None:
     return _read(proxy_directory(home) / f"{name}.json")
 
 
-def common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the longest common prefix, by halving (slice compares run in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[low:mid] == b[low:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 class ProxyLog:
     """Counts per conversation, kept in memory and written after every request."""
 
@@ -106,7 +95,7 @@ class ProxyLog:
         tally["sent_tokens"] += len(sent) // 4
         tally["full_tokens"] += len(full) // 4
         if previous is not None:
-            shared = common_prefix(previous, sent)
+            shared = common_start(previous, sent)
             tally["prefix_bytes"] += shared
             tally["compared_bytes"] += len(sent)
             tally["last_prefix_share"] = round(shared / len(sent), 4) if sent else 1.0

@@ -52,17 +52,6 @@ class Sent:
         return self.prefix * prices.cache_read + (self.tokens - self.prefix) * prices.cache_write
 
 
-def common_prefix(previous: Sequence[Any], current: Sequence[Any]) -> int:
-    """How many leading messages ``current`` shares with ``previous`` (identity, else equality:
-    the same bytes are the same cached tokens)."""
-    n = 0
-    for a, b in zip(previous, current, strict=False):
-        if a is not b and a != b:
-            break
-        n += 1
-    return n
-
-
 def sent_after(previous: Sent | None, tokens: float, prefix: float,
                cause: str | None = None, summary: bool = False) -> Sent:
     """A request given the one before it: a break when the previous request is not reused whole

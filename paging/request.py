@@ -42,7 +42,7 @@ def chain_ids(fingerprints: Sequence[str | None],
     messages) get no id and take no part in the chain. ``earlier``: a request whose ids are
     taken as they are for the fingerprints it shares at the start (an id depends only on the
     fingerprints up to it)."""
-    same = 0 if earlier is None else _common_start(fingerprints, earlier.fingerprints)
+    same = 0 if earlier is None else common_start(fingerprints, earlier.fingerprints)
     ids: list[str | None] = list(earlier.ids[:same]) if earlier is not None else []
     previous = next((i for i in reversed(ids) if i is not None), "")
     for fp in fingerprints[same:]:
@@ -54,7 +54,7 @@ def chain_ids(fingerprints: Sequence[str | None],
     return ids
 
 
-def _common_start(a: Sequence[Any], b: Sequence[Any]) -> int:
+def common_start(a: Sequence[Any], b: Sequence[Any]) -> int:
     """How many leading items ``a`` and ``b`` share: slices compared in C, halving the
     length on a mismatch (a whole shared prefix, the usual case, costs one comparison)."""
     low, high = 0, min(len(a), len(b))  # a[:low] == b[:low]; the answer is at most high
@@ -216,7 +216,7 @@ def _unchanged_views(views: Views, fingerprints: Sequence[str | None],
     Responses is left out)."""
     if views.format == "responses" or earlier.format != views.format:
         return 0
-    count = _common_start(fingerprints, earlier.fingerprints)
+    count = common_start(fingerprints, earlier.fingerprints)
     if None in fingerprints[:count]:
         count = fingerprints.index(None)
     same = sum(views.parts[:count])

@@ -40,12 +40,12 @@ from context_paging.paging.replay_cost import (
     Compaction,
     Prices,
     Sent,
-    common_prefix,
     compaction,
     full_history,
     sent_after,
     totals,
 )
+from context_paging.paging.request import common_start
 from context_paging.paging.tokens import counted_tokens
 
 LEDGER = "replay"
@@ -297,7 +297,7 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                 sizes = [by_identity.get(id(m)) for m in current.messages]
                 sizes = [s if s is not None else float(estimate(m))
                          for s, m in zip(sizes, current.messages, strict=False)]
-                shared = common_prefix(last.messages, current.messages)
+                shared = common_start(last.messages, current.messages)
                 advanced = current.frontier is not None and current.frontier != last.frontier
                 cause = "cut" if advanced else (
                     "distillation" if current.distilled != last.distilled else None)

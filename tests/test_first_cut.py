@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
-from context_paging.paging.replay_cost import Prices, common_prefix, sent_after, totals
+from context_paging.paging.replay_cost import Prices, sent_after, totals
+from context_paging.paging.request import common_start
 from context_paging.paging.select import ContextSelectionError, select_context
 
 from tests.builders import TOOLS, FakeRaw, call, result, tool_assistant, user, window
@@ -55,7 +56,7 @@ def cache_cost(windows) -> tuple[float, int]:
     sent, previous = [], []
     for w in windows:
         sizes = [chars4_tokens(m) for m in w]
-        shared = common_prefix(previous, w)
+        shared = common_start(previous, w)
         sent.append(sent_after(sent[-1] if sent else None, sum(sizes), sum(sizes[:shared])))
         previous = w
     t = totals(sent, Prices())
@@ -97,7 +98,7 @@ def test_a_deeper_first_cut_rewrites_less_and_costs_less_under_caching(seed):
     # Both windows stay byte-stable between cuts: every break is a cut advance.
     for windows, breaks in ((upstream, upstream_breaks), (deeper, deeper_breaks)):
         advances = sum(1 for a, b in zip(windows, windows[1:], strict=False)
-                       if common_prefix(a, b) < len(a))
+                       if common_start(a, b) < len(a))
         assert advances == breaks
 
 

@@ -16,12 +16,12 @@ from context_paging.paging.replay_cost import (
     Compaction,
     Prices,
     Sent,
-    common_prefix,
     compaction,
     full_history,
     sent_after,
     totals,
 )
+from context_paging.paging.request import common_start
 from context_paging.server.cli import main
 from context_paging.server.replay import ReplayOptions, distinctive, replay
 
@@ -54,11 +54,11 @@ def test_a_request_that_does_not_reuse_the_previous_one_is_a_break_with_its_caus
     assert t.rewritten == {"cut": 60, "distillation": 80}
 
 
-def test_common_prefix_counts_equal_leading_messages():
+def test_common_start_counts_equal_leading_messages():
     a, b, c = {"x": 1}, {"x": 2}, {"x": 3}
-    assert common_prefix([a, b, c], [a, dict(b), {"x": 4}]) == 2
-    assert common_prefix([], [a]) == 0
-    assert common_prefix([a, b], [a, b, c]) == 2
+    assert common_start([a, b, c], [a, dict(b), {"x": 4}]) == 2
+    assert common_start([], [a]) == 0
+    assert common_start([a, b], [a, b, c]) == 2
 
 
 def test_compaction_summarises_past_the_threshold_and_keeps_the_current_exchange():
