@@ -9,7 +9,7 @@ import struct
 
 from context_paging.paging.distill import MARKER, DistillConfig, apply, distill, summarize
 from context_paging.paging.distill.conversation import content_chars, image_cost
-from context_paging.paging.distill.items import batch_items, collect_exchanges, collect_small
+from context_paging.paging.distill.items import batch_items, collect_exchanges, collect_sized
 from context_paging.paging.distill.render import Source, exchange_stub, image_stub, small_stub
 
 from tests.builders import CONFIG, PAD, Fixed, judged_run, retry_session
@@ -40,8 +40,9 @@ def _span():
 def test_39_small_outputs_follow_the_candidate_rules_age_and_memo():
     span = messages(_span())
 
-    def ids(config=CONFIG, **kw):
-        return [(i.call_id, i.turn) for i in collect_small(span, 0, len(span), config, **kw)]
+    def ids(config=CONFIG, **kw):  # the small outputs of the pass's one walk
+        small = collect_sized(span, 0, len(span), config, **kw)[1]
+        return [(i.call_id, i.turn) for i in small]
 
     assert ids() == [("b", 0), ("e", 1)]
     assert ids(DistillConfig(distill_errors=False)) == [("b", 0)]
@@ -49,7 +50,7 @@ def test_39_small_outputs_follow_the_candidate_rules_age_and_memo():
     assert ids(skip={"b"}) == [("e", 1)]
     short = messages([assistant("", "a", [("g", "bash", {"command": "x" * 300})]),
                       result("g", "bash", "m" * 150, "g1")])
-    assert collect_small(short, 0, 2, DistillConfig(small_result_min_chars=100)) == []
+    assert collect_sized(short, 0, 2, DistillConfig(small_result_min_chars=100))[1] == []
 
 
 def test_40_the_small_stub_names_call_size_and_recall():
