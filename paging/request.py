@@ -72,17 +72,14 @@ class Request:
     """One request as read. Per host message: ``fingerprints``, ``ids`` (None: outgoing only).
     Per view: ``outgoing``, ``keys`` (``<history id>#<part>``, None when outgoing), ``roles``,
     ``interrupted``. ``positions``/``entries``: distillation's entries (every stored view) and
-    the view index of each. ``stored``: the ledger ids of the leading messages an ``after_id``
-    request took from the ledger. ``normalized``: the selector's validation of the views
+    the view index of each. ``normalized``: the selector's validation of the views
     (None when it was not asked for)."""
 
     messages: tuple[Any, ...]
     format: Format
     views: Views
-    skip: frozenset[int]  # host message indexes never stored: ephemeral and resident
     fingerprints: tuple[str | None, ...]
     ids: tuple[str | None, ...]
-    stored: tuple[str, ...]
     outgoing: tuple[bool, ...]
     keys: tuple[str | None, ...]
     roles: tuple[str, ...]
@@ -201,8 +198,8 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
         keys[index] = f"{history_id}#{view.part}"
         positions.append(index)
         entries.append((str(history_id), message))
-    return Request(tuple(messages), fmt, views, skip, fingerprints, ids, tuple(stored),
-                   tuple(outgoing), tuple(keys), tuple(roles), tuple(interrupted),
+    return Request(tuple(messages), fmt, views, fingerprints, ids, tuple(outgoing), tuple(keys),
+                   tuple(roles), tuple(interrupted),
                    tuple(positions), tuple(entries), normalized)
 
 

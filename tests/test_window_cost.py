@@ -312,7 +312,7 @@ def test_a_request_is_read_into_one_frozen_value():
     import dataclasses
 
     from context_paging.index.ledger import fingerprint
-    from context_paging.paging.request import chain_ids, read
+    from context_paging.paging.request import read
 
     messages = [
         {"role": "system", "content": "be brief"},
@@ -331,7 +331,15 @@ def test_a_request_is_read_into_one_frozen_value():
     request = read(messages, "auto", [4], prints, validate=True)
     assert asked == [{0, 4}]  # the resident system message and the ephemeral one
     assert request.format == "openai" and request.views.resident == (0,)
-    assert request.ids == tuple(chain_ids(request.fingerprints))
+    # ids chain the fingerprints: the same messages get the same ids, an edit changes the id of
+    # the edited message and of every later one, never an earlier one's
+    again = read(messages, "auto", [4], prints, validate=True)
+    assert again.ids == request.ids and len(set(request.ids[1:4])) == 3
+    edited = [*messages[:2], {**messages[2], "content": "edited"}, *messages[3:]]
+    changed = read(edited, "auto", [4], lambda skip: [
+        None if i in skip else fingerprint(m) for i, m in enumerate(edited)], validate=True)
+    assert changed.ids[1] == request.ids[1]
+    assert changed.ids[2] != request.ids[2] and changed.ids[3] != request.ids[3]
     assert request.ids[0] is None and request.ids[4] is None
     assert request.outgoing == (False, False, False, True)
     assert request.keys == (f"{request.ids[1]}#0", f"{request.ids[2]}#0",
@@ -409,7 +417,8 @@ def test_a_state_value_with_a_field_it_cannot_read_costs_only_that_field(tmp_pat
     # and the window still answers from it: the next call saves a whole state again
     svc.ledger.save_state("s", good | damage)
     svc.select("s", messages + [{"role": "user", "content": "next"}], fmt="pi")
-    assert SessionState.from_dict(svc.ledger.load_state("s")).requests >= 1
+    saved = svc.ledger.load_state("s")
+    assert SessionState.from_dict(saved).to_dict() == saved  # every field readable again
 
 
 def test_every_reader_of_stop_reasons_uses_the_one_table():
