@@ -226,13 +226,12 @@ class _Selector:
         measured: float | None,
         raw: RawHistory | None,
         notice_tokens: Callable[[str], float],
-        first_target: float | None = None,
-        normalized: Normalized | None = None,
-        roles: list[Any] | None = None,
+        first_target: float,
+        normalized: Normalized | None,
+        roles: list[Any],
     ) -> None:
         self.messages, self.costs, self.outgoing = messages, costs, outgoing
-        self.roles = [role_of(m) for m in messages] if roles is None else roles
-        self.first_target = limits.target_tokens if first_target is None else first_target
+        self.roles, self.first_target = roles, first_target
         self.limits, self.resident, self.raw = limits, resident, raw
         self.budget = limits.budget_tokens
         self._notice_tokens, self._notice_costs, self._notices = notice_tokens, {}, {}
