@@ -53,6 +53,8 @@ from context_paging.paging.limits import ContextSelectionError, context_limits
 from context_paging.paging.request import Request, read
 from context_paging.paging.select import CutState, Selection, select_context
 from context_paging.paging.stubs import merge_stubs
+from context_paging.paging.window_form import check as check_form
+from context_paging.paging.window_form import positions
 
 __all__ = ["ContextService", "ContextSettings", "Distilled", "LedgerHistory", "provider_of"]
 
@@ -171,15 +173,19 @@ class ContextService:
                 model: str | None = None, model_window: float | None = None,
                 token_budget: int | None = None, trim_to_tokens: int | None = None,
                 usage: dict[str, Any] | None = None, ephemeral: Sequence[int] = (),
-                judge: Judge | None = None, after_id: str | None = None) -> dict[str, Any]:
+                judge: Judge | None = None, after_id: str | None = None,
+                reply_form: str = "messages") -> dict[str, Any]:
         """Read the request once, then: record, distill, estimate, calibrate, select, render,
-        remember (the module docstring says what each decides)."""
+        remember (the module docstring says what each decides). ``reply_form="positions"``:
+        the window said by position (``paging.window_form``), every other field the same."""
+        check_form(reply_form)  # refused before anything is stored, like a bad request
         # A malformed request (a result that answers no call, …) is refused before anything is
         # stored, so no tool ever sees its messages (specs/paging.md §1.5).
         request = self.read(session, messages, fmt, ephemeral, after_id, self.settings.enabled)
         ledger = self.record(session, request)
         if not self.settings.enabled:
-            return _disabled(request.messages) | {"last_message_id": ledger.head}
+            return _form(_disabled(request.messages) | {"last_message_id": ledger.head},
+                         request, reply_form)
         call = self.begin(ledger, request, system, tools, model, model_window, token_budget,
                           trim_to_tokens, usage, judge)
         shown = self.distill(call)
@@ -188,7 +194,7 @@ class ContextService:
         chosen = self.select_window(call, _Chosen(None, shown, estimates, lazy, calibration))
         reply = self.render(call, chosen)
         self.remember(call, chosen, reply)
-        return reply
+        return _form(reply, request, reply_form)
 
     def record(self, session: str, request: Request) -> LedgerSession:
         """Store every message of the request not seen before and move the session's head
@@ -516,6 +522,16 @@ def _system_text(system: Any, resident_messages: Sequence[dict[str, Any]]) -> st
 
 def _number(value: float) -> float | int:
     return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _form(reply: dict[str, Any], request: Request, reply_form: str) -> dict[str, Any]:
+    """The reply in the asked form: as rendered, or with ``messages`` only the ones the host
+    does not hold and ``window`` saying where each window message comes from (positions in the
+    whole conversation: with ``after_id``, the stored messages, then the new ones)."""
+    if reply_form != "positions":
+        return reply
+    made, parts = positions(reply["messages"], request.messages)
+    return reply | {"messages": made, "window": parts}
 
 
 def _disabled(messages: Sequence[Any]) -> dict[str, Any]:

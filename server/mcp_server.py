@@ -25,6 +25,8 @@ from context_paging.index.service import History
 from context_paging.index.stats import render as render_stats
 from context_paging.index.window import ContextSettings
 from context_paging.paging.distill import DistillConfig
+from context_paging.paging.window_form import FORMS
+from context_paging.paging.window_form import check as check_form
 from context_paging.server.binding import Deps, ToolFailure, bind
 from context_paging.server.config import Settings
 from context_paging.server.idle import Idler
@@ -118,12 +120,15 @@ def compact_json(value: Any) -> str:
     return dumps(value)
 
 
-def _reply(model: BaseModel, without: str | None = None) -> CallToolResult:
+def _reply(model: BaseModel, without: str | None = None,
+           omit: tuple[str, ...] = ()) -> CallToolResult:
     # The text copy of the structured content: the MCP spec asks for it (clients that do not
     # read structured content, and the model, read this), so it stays, made cheaply. Only
     # ``without``, a field a setting leaves out of the copy (select_context's window), is not
     # copied; it is in the structured content.
-    value = model.model_dump()
+    # ``omit``: optional fields this reply does not have (select_context's ``window`` in the
+    # messages form), left out rather than sent as null: that reply stays byte for byte.
+    value = model.model_dump(exclude=set(omit) or None)
     text = value if without is None else {k: v for k, v in value.items() if k != without}
     return CallToolResult(
         content=[TextContent(type="text", text=compact_json(text))],
@@ -297,6 +302,13 @@ async def select_context(
     after_id: Annotated[str | None, Field(max_length=64, description=(
         "A last_message_id from an earlier reply: messages then holds only what follows it. "
         "An id the server does not hold fails with UNKNOWN_AFTER_ID: send everything"))] = None,
+    reply_form: Annotated[str, Field(
+        max_length=20, json_schema_extra={"enum": list(FORMS)}, description=(
+            "messages: the window in full. positions: window lists the window in order as "
+            "{from, to} (your own messages conversation[from:to], positions in the whole "
+            "conversation; with after_id: the stored messages, then the new ones) or "
+            "{message: k} (messages[k], a message the server made or changed); messages holds "
+            "only those"))] = "messages",
     *,
     ctx: Context,
     sampling_prompts: list[Prompt] | None = None,
@@ -307,6 +319,7 @@ async def select_context(
     the session's ledger, then returns the window to send: the newest messages that fit the
     token budget, whole oldest turns replaced by a short notice once the budget is exceeded,
     with a stable cut point so prompt caches keep hitting. Errors start with their code."""
+    check_form(reply_form)  # before sampling asks the host's model anything
     judge = await judge_for(deps, ctx, sampling_prompts or [], samples, session, messages,
                             format, ephemeral, model, after_id)
     reply = await deps.run(
@@ -314,12 +327,14 @@ async def select_context(
         model=model, model_window=model_window, token_budget=token_budget,
         trim_to_tokens=trim_to_tokens,
         usage=usage.model_dump(exclude_none=True) if usage else None,
-        ephemeral=ephemeral or (), judge=judge, after_id=after_id, recovery=False,
+        ephemeral=ephemeral or (), judge=judge, after_id=after_id, reply_form=reply_form,
+        recovery=False,
     )
     if deps.idler is not None:
         deps.idler.due()  # counting ahead, once this reply is written (server/idle.py)
     summary = deps.settings.get("server", "select_context_text") == "summary"
-    return _reply(SelectContextResult(**reply), without="messages" if summary else None)
+    return _reply(SelectContextResult(**reply), without="messages" if summary else None,
+                  omit=() if "window" in reply else ("window",))
 
 
 async def paging_stats(deps: Deps,

@@ -77,6 +77,10 @@ class SelectContextResult(BaseModel):
     last_message_id: str | None = Field(default=None, description=(
         "Id of the newest message now stored for the session: pass it as after_id next time "
         "and send only the messages after it"))
+    window: list[dict[str, int]] | None = Field(default=None, description=(
+        "Only with reply_form 'positions': the window in order, each part either {from, to} "
+        "(the host's own messages conversation[from:to], sent unchanged) or {message: k} "
+        "(messages[k]); messages then holds only what the server made or changed"))
     distilled: list[dict[str, Any]] = Field(description=(
         "What this window carries shortened or left out, one entry each: tool_call_id (an "
         "output) or history_id (an omitted exchange), action (distill, remove, drop_image, "
