@@ -9,6 +9,7 @@ state the same.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -137,17 +138,17 @@ def check_call(full: ContextService, short: ContextService, conversation: list[d
     return expected, got
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     fmt=st.sampled_from(FORMATS),
-    turns=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 120), st.booleans(),
-                             st.booleans()), min_size=2, max_size=12),
-    budget=st.one_of(st.integers(300, 4_000), st.just(1_000_000)),
-    window=st.one_of(st.none(), st.integers(600, 6_000)),
+    turns=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.booleans(),
+                             st.booleans()), min_size=2, max_size=14),
+    budget=st.one_of(st.integers(300, 8_000), st.just(1_000_000)),
+    window=st.one_of(st.none(), st.integers(300, 6_000)),
     distill=st.booleans(),
     steps=st.lists(st.tuples(st.integers(1, 3), st.booleans(), st.booleans(), st.booleans()),
-                   min_size=1, max_size=5),
+                   min_size=1, max_size=7),
 )
 def test_the_window_rebuilt_from_positions_is_the_messages_form(
         tmp_path_factory, fmt, turns, budget, window, distill, steps):
@@ -249,3 +250,58 @@ def test_a_disabled_server_says_the_whole_conversation_as_one_range(tmp_path):
     svc = ContextService(Ledger(tmp_path), ContextSettings(enabled=False), None)
     got = svc.select("s", conversation, fmt="pi", reply_form="positions")
     assert got["messages"] == [] and got["window"] == [{"from": 0, "to": len(conversation)}]
+
+
+@pytest.mark.anyio
+async def test_over_stdio_the_sdk_client_rebuilds_the_window_from_positions(tmp_path):
+    """The installed server over real stdio, the SDK's client: two sessions get the same calls,
+    one in each form; the host rebuilds the window from the positions reply (text copy and
+    structured content alike) and gets the messages form's. A bad form is a coded error."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from tests.test_stdio import console_script
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[sources]\npi = "{tmp_path}/none"\nclaude_code = "{tmp_path}/none"\n'
+        f'codex = "{tmp_path}/none"\n[paging]\ntoken_budget = 8000\nestimator = "chars4"\n')
+    params = StdioServerParameters(command=console_script(), args=["serve"],
+                                   env={**os.environ, "CONTEXT_PAGING_HOME": str(home)})
+    fmt = "anthropic"
+    exchanges = [turn(fmt, n, 2, 140, n % 3 == 0, True) for n in range(10)]
+    with open(tmp_path / "stderr.txt", "w") as errlog, anyio.fail_after(60):
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            stored: list[dict] = []
+            heads: dict[str, str] = {}
+            shapes = set()
+            for done in range(0, 10, 2):
+                new = [m for t in exchanges[done:done + 2] for m in t] + [
+                    {"role": "user", "content": f"go on after {done}"}]
+                replies = {}
+                for session, form in (("whole", "messages"), ("short", "positions")):
+                    args = {"session": session, "format": fmt, "reply_form": form,
+                            "messages": new}
+                    if session in heads:
+                        args["after_id"] = heads[session]
+                    result = await client.call_tool("select_context", args)
+                    assert not result.is_error, result.content[0].text
+                    assert json.loads(result.content[0].text) == result.structured_content
+                    replies[form] = result.structured_content
+                    heads[session] = result.structured_content["last_message_id"]
+                conversation = stored + new
+                expected, got = replies["messages"], replies["positions"]
+                assert "window" not in expected
+                window = rebuild(got["window"], got["messages"], conversation)
+                assert dumps(window) == dumps(expected["messages"])
+                assert ({k: v for k, v in got.items() if k not in ("messages", "window")}
+                        == {k: v for k, v in expected.items() if k != "messages"})
+                shapes.add((got["mode"], bool(got["distilled"])))
+                stored = conversation
+            assert ("paged", True) in shapes
+            bad = await client.call_tool("select_context", {
+                "session": "short", "messages": new, "reply_form": "everything"})
+            assert bad.is_error and bad.content[0].text.startswith("INVALID_REPLY_FORM: ")
+    assert "Traceback" not in (tmp_path / "stderr.txt").read_text()
