@@ -18,7 +18,9 @@ the reply:
 
 between library calls the bench gives the service its spare time (``ContextService.idle()``,
 ``spare_seconds`` = 5 ms of counting ahead, untimed), as the MCP server does after each reply;
-* the same end to end over stdio, against the installed ``context-paging serve``.
+* the same end to end over stdio, against the installed ``context-paging serve``; the after_id
+  turns alternate between the two reply forms (``reply_form`` "messages", the whole window, and
+  "positions", ranges of the host's own messages: paging/window_form.py), ``--turns`` of each.
 
 ``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
 message counted and every output judged before selecting, as before issue 12), side by side.
@@ -218,22 +220,33 @@ def stdio(repeat: int, turns: int) -> None:
                 start = time.perf_counter()
                 last = await once(grown)
                 grow = time.perf_counter() - start
-                deltas = []
-                for n in range(2, turns + 2):
+                # One more turn after_id, the two reply forms alternating turn by turn on the
+                # same session (the form changes only the reply): side by side, same load.
+                deltas: dict[str, list[float]] = {"messages": [], "positions": []}
+                for n in range(2, 2 * turns + 2):
                     if "last_message_id" not in last:
                         break
+                    form = "positions" if n % 2 else "messages"
                     new = turn(300 + n - 1, 52_428) + [messages[-1]]
                     args = arguments(new) | {"after_id": last["last_message_id"]}
+                    if form == "positions":  # an older server may not know the argument
+                        args["reply_form"] = form
                     start = time.perf_counter()
                     result = await client.call_tool("select_context", args)
-                    deltas.append(time.perf_counter() - start)
+                    elapsed = time.perf_counter() - start
+                    if result.is_error and form == "positions":
+                        continue  # a server without the positions form
                     assert not result.is_error, result.content[0].text
+                    deltas[form].append(elapsed)
                     last = result.structured_content
         show("stdio, first call (cold)", times[0])
         show("stdio, repeated request", min(times[1:] or times))
         show("stdio, one more turn", grow)
-        if deltas:
-            show("stdio, one more turn, after_id (p50)", statistics.median(deltas))
+        if deltas["messages"]:
+            show("stdio, one more turn, after_id (p50)", statistics.median(deltas["messages"]))
+        if deltas["positions"]:
+            show("stdio, same, reply_form=positions (p50)",
+                 statistics.median(deltas["positions"]))
 
     anyio.run(run)
 

@@ -13,7 +13,12 @@ turn at a time after ``last_message_id``), and prints the median of each span:
 * client: from the last byte written to ``call_tool`` returning (the client's line splitting,
   parsing, result model and output-schema check).
 
-    python bench/stdio_trace.py [--turns 9]
+    python bench/stdio_trace.py [--turns 9] [--forms messages,positions]
+
+With both reply forms (the default), the turns alternate between them on the same session (the
+form changes only the reply, not the state), so each form's spans are measured side by side
+under the same load: ``messages`` echoes the whole window, ``positions`` sends only the
+messages the server made or changed and ranges of the host's own (paging/window_form.py).
 
 ``STDIO_TRACE_NO_TEXT_COPY=1`` replaces the reply's text copy with ``{}`` (an experiment: the
 MCP spec asks for the copy, and the server sends it) to show what the copy costs end to end.
@@ -115,7 +120,8 @@ class Out:
             wire = getattr(self.inner, "_file", None) or self.inner.wrapped  # ours, or anyio's
             self.sized = fcntl.fcntl(wire.fileno(), 1032)  # F_GETPIPE_SZ
             trace.write(json.dumps(["pipe_bytes", self.sized]) + "\n")
-        big = len(text) > 10000
+        # select_context's reply (its size depends on the reply form): the only one with this
+        big = '"last_message_id"' in text
         if big: stamp("write_start")
         await self.inner.write(text)
         if big: self.big = True
@@ -150,8 +156,11 @@ sys.exit(main(sys.argv[1:]))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=9)
+    parser.add_argument("--turns", type=int, default=9, help="turns per reply form")
+    parser.add_argument("--forms", default="messages,positions",
+                        help="reply forms, alternating turn by turn")
     args = parser.parse_args()
+    forms = args.forms.split(",")
 
     import anyio
     from mcp import Client, StdioServerParameters
@@ -169,20 +178,26 @@ def main() -> None:
             async with Client(params) as client:
                 result = await client.call_tool("select_context", arguments(messages))
                 last = result.structured_content
-                for n in range(2, args.turns + 2):
+                for n in range(2, args.turns * len(forms) + 2):
                     new = turn(300 + n - 1, 52_428) + [messages[-1]]
+                    form = forms[n % len(forms)]
                     call = arguments(new) | {"after_id": last["last_message_id"]}
+                    if form != "messages":  # an older server need not know the argument
+                        call["reply_form"] = form
                     start = time.monotonic()
                     result = await client.call_tool("select_context", call)
-                    client_stamps.append((start, time.monotonic()))
+                    client_stamps.append((start, time.monotonic(), form,
+                                          len(result.content[0].text)))
                     assert not result.is_error, result.content[0].text
                     last = result.structured_content
             return [json.loads(x) for x in trace.read_text().splitlines()]
 
     stamps = anyio.run(run)
     calls = _per_call(stamps)[1:]  # the first is the cold call
-    spans: dict[str, list[float]] = {}
-    for (start, end), c in zip(client_stamps, calls, strict=True):
+    spans: dict[str, dict[str, list[float]]] = {}
+    sizes: dict[str, list[int]] = {}
+    for (start, end, form, size), c in zip(client_stamps, calls, strict=True):
+        sizes.setdefault(form, []).append(size)
         for name, a, b in (("request in", start, c["read"]),
                            ("to the library", c["read"], c["library_start"]),
                            ("  SDK to our tool", c["read"], c.get("tool_start", 0)),
@@ -199,10 +214,14 @@ def main() -> None:
                            ("total", start, end),
                            ("GC in library", 0, c.get("gc_in_library", 0)),
                            ("GC server-side", c.get("gc_prev", 0), c.get("gc_total", 0))):
-            spans.setdefault(name, []).append(b - a)
-    for name, values in spans.items():
-        print(f"{name:<16} {statistics.median(values) * 1000:7.2f} ms  (p50 of {len(values)}; "
-              f"max {max(values) * 1000:.2f})")
+            spans.setdefault(name, {}).setdefault(form, []).append(b - a)
+    print(f"{'':<18}" + "".join(f"{form:>30}" for form in forms))
+    print(f"{'text copy bytes':<18}" + "".join(
+        f"{statistics.median(sizes[form]):>30,.0f}" for form in forms))
+    for name, by_form in spans.items():
+        print(f"{name:<18}" + "".join(
+            f"{statistics.median(v) * 1000:8.2f} ms (p50 of {len(v)}; max {max(v) * 1000:6.2f})"
+            for v in (by_form[form] for form in forms)))
 
 
 def _per_call(stamps: list) -> list[dict[str, float]]:
