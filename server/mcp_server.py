@@ -304,11 +304,10 @@ async def select_context(
         "An id the server does not hold fails with UNKNOWN_AFTER_ID: send everything"))] = None,
     reply_form: Annotated[str, Field(
         max_length=20, json_schema_extra={"enum": list(FORMS)}, description=(
-            "messages: the window in full. positions: window lists the window in order as "
-            "{from, to} (your own messages conversation[from:to], positions in the whole "
-            "conversation; with after_id: the stored messages, then the new ones) or "
-            "{message: k} (messages[k], a message the server made or changed); messages holds "
-            "only those"))] = "messages",
+            "messages: the whole window. positions: window lists its parts in order, {from, "
+            "to} = your conversation[from:to] (with after_id: the stored messages, then the "
+            "new ones) or {message: k} = messages[k], which holds only what the server made "
+            "or changed"))] = "messages",
     *,
     ctx: Context,
     sampling_prompts: list[Prompt] | None = None,
