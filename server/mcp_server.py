@@ -331,7 +331,11 @@ async def select_context(
     )
     if deps.idler is not None:
         deps.idler.due()  # counting ahead, once this reply is written (server/idle.py)
-    summary = deps.settings.get("server", "select_context_text") == "summary"
+    # The summary setting keeps the whole window out of the text copy; in the positions form
+    # ``messages`` holds only what the server made, small, so the copy keeps it (a client that
+    # reads only the text can still rebuild the window).
+    summary = (deps.settings.get("server", "select_context_text") == "summary"
+               and reply_form == "messages")
     return _reply(SelectContextResult(**reply), without="messages" if summary else None,
                   omit=() if "window" in reply else ("window",))
 

@@ -305,3 +305,29 @@ async def test_over_stdio_the_sdk_client_rebuilds_the_window_from_positions(tmp_
                 "session": "short", "messages": new, "reply_form": "everything"})
             assert bad.is_error and bad.content[0].text.startswith("INVALID_REPLY_FORM: ")
     assert "Traceback" not in (tmp_path / "stderr.txt").read_text()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("setting", ["json", "summary"])
+async def test_the_positions_reply_keeps_its_messages_in_the_text_copy(tmp_path, setting):
+    """The summary setting leaves the default form's whole window out of the text copy; the
+    positions form's ``messages`` (what the server made, small) stay in it either way, so a
+    client reading only the text can rebuild the window."""
+    from context_paging.server.config import load_settings
+    from context_paging.server.mcp_server import create_server
+    from mcp import Client
+
+    from tests.conftest import ledger_home
+
+    home = ledger_home(tmp_path)
+    config = home / "config.toml"
+    config.write_text(config.read_text() + f'[server]\nselect_context_text = "{setting}"\n')
+    conversation = [m for n in range(8) for m in turn("pi", n, 1, 120, True, False)]
+    async with Client(create_server(load_settings(home=home))) as client:
+        reply = await client.call_tool("select_context", {
+            "session": "t", "messages": conversation, "format": "pi", "token_budget": 3000,
+            "reply_form": "positions"})
+    text = json.loads(reply.content[0].text)
+    assert text == reply.structured_content
+    assert text["mode"] == "paged" and text["messages"] and text["window"][0] == {"message": 0}
+    assert text["window"][-1]["to"] == len(conversation)
