@@ -26,10 +26,11 @@ from tests.test_select_cost import DISTILL, words
 FORMATS = ("pi", "anthropic", "openai", "responses")
 
 
-def service(home: Path, budget: int, distill: bool) -> ContextService:
+def service(home: Path, budget: int, distill: bool, reference: bool = False) -> ContextService:
     config = DISTILL if distill else DISTILL.__class__(enabled=False)
     svc = ContextService(Ledger(home), ContextSettings(token_budget=budget, distill=config),
                          words)
+    svc.reference = reference  # the full computation, from scratch (every view counted)
     svc.spare_seconds = 0.0
     return svc
 
@@ -153,10 +154,12 @@ def check_call(full: ContextService, short: ContextService, conversation: list[d
 def test_the_window_rebuilt_from_positions_is_the_messages_form(
         tmp_path_factory, fmt, turns, budget, window, distill, steps):
     """Random conversations in every format, paged or within budget, distillation on or off,
-    whole-conversation and ``after_id`` calls, ephemeral messages: the rebuilt window is the
-    messages form's, byte for byte, and every other field and the saved state are the same."""
+    whole-conversation and ``after_id`` calls, ephemeral messages: the window rebuilt from the
+    positions form (window-proportional path) is the messages form's on the full computation
+    (``reference``), byte for byte, and every other field and the saved state are the same."""
     exchanges = [turn(fmt, n, *spec) for n, spec in enumerate(turns)]
-    full = service(tmp_path_factory.mktemp("messages"), budget, distill)
+    # The messages form on the full computation, the positions form on the shortcuts.
+    full = service(tmp_path_factory.mktemp("messages"), budget, distill, reference=True)
     short = service(tmp_path_factory.mktemp("positions"), budget, distill)
     host: list[dict] = resident(fmt)  # the whole conversation, as the host keeps it
     stored: list[dict] = []  # what the server holds of it (no resident, no ephemeral ones)
