@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
-from itertools import repeat
-from operator import itemgetter
+from itertools import repeat, takewhile
+from operator import eq, itemgetter
 from typing import Any
 
 from context_paging.index.ledger import LedgerSession, fingerprint
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
-from context_paging.paging.request import Request, common_start
+from context_paging.paging.request import Request
 
 SESSIONS = 16  # sessions whose last request is remembered (a request is held by reference)
 IDS = 200_000  # stored message ids whose fingerprint is remembered (for after_id requests)
@@ -101,8 +101,10 @@ class FingerprintMemo:
         """Stored ids and their fingerprints, for later ``after_id`` requests."""
         if len(self._by_id) > IDS:
             self._by_id.clear()
-        self._by_id.update((i, p) for i, p in zip(ids, prints, strict=True)
-                           if i is not None and p is not None)
+        # In C: an id is None exactly when its fingerprint is (outgoing only), so the one
+        # pair that is not an id's is (None, None), taken out again.
+        self._by_id.update(zip(ids, prints, strict=True))
+        self._by_id.pop(None, None)  # type: ignore[call-overload]
 
     def fingerprints(self, session: str, messages: Sequence[Any], skip: Collection[int],
                      stored: Sequence[str] = ()) -> list[str | None]:
@@ -112,13 +114,14 @@ class FingerprintMemo:
         known = list(map(self._by_id.get, stored))
         if stored and None not in known:
             return [*known, *(None if i in skip else fingerprint(m)
-                              for i, m in enumerate(messages) if i >= len(known))]
+                              for i, m in enumerate(messages[len(known):], len(known)))]
         previous, prints = self._last.get(session, ((), []))
         # The unchanged prefix, compared in C against the snapshot (each message's numbers
         # strictly, :func:`_equal`): its snapshots and fingerprints are kept as they are.
+        # Counted in C, message by message up to the first difference (each compared once:
+        # over a freshly parsed request, equal strings are compared byte by byte).
         try:
-            reused = common_start(messages if type(messages) is list else list(messages),
-                                  previous)
+            reused = len(list(takewhile(bool, map(eq, messages, previous))))
         except RecursionError:
             reused = 0
         out: list[str | None] = list(prints[:reused])
