@@ -18,64 +18,75 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
+from itertools import repeat, takewhile
+from operator import eq, itemgetter
 from typing import Any
 
 from context_paging.index.ledger import LedgerSession, fingerprint
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
+from context_paging.paging.request import Request
 
 SESSIONS = 16  # sessions whose last request is remembered (a request is held by reference)
 IDS = 200_000  # stored message ids whose fingerprint is remembered (for after_id requests)
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equal as JSON values: same types all the way down (``1`` is not ``1.0`` nor ``True``).
+    """Equal as JSON values: same types all the way down (``1`` is not ``1.0`` nor ``True``,
+    ``0.0`` is not ``-0.0``; NaN is NaN, as JSON writes them)."""
+    return _equal(a, strict(b))
 
-    The memo compares a request with its snapshot of the last one, whose leaves are the very
-    same objects when the host re-sent its own messages: an identity check settles each such
-    leaf (an identical object is the same JSON value), and strings, by far the most common
-    values, are compared in line rather than through a call each."""
-    if a is b:
-        return True
-    kind = type(a)
-    if kind is not type(b):
+
+def _equal(value: Any, snapped: Any) -> bool:
+    """``value`` against what :func:`strict` made: Python's own ``==``, which compares the
+    containers in C (each identical leaf settled at once, strings compared in C), while each
+    number of the snapshot is an :class:`_Exact`, equal only to a number JSON writes alike:
+    the only leaves where ``==`` could not tell JSON values apart."""
+    try:
+        return bool(value == snapped)
+    except RecursionError:  # nested deeper than C compares: not known to be the same
         return False
-    if kind is dict:
-        if len(a) != len(b):
-            return False
-        for key, value in a.items():
-            other = b.get(key, _MISSING)
-            if value is other:
-                continue
-            if type(value) is str:
-                if type(other) is not str or value != other:
-                    return False
-            elif not same(value, other):
-                return False
-        return True
-    if kind is list:
-        if len(a) != len(b):
-            return False
-        for value, other in zip(a, b):  # noqa: B905 — the lengths are equal
-            if value is not other and not same(value, other):
-                return False
-        return True
-    if kind is float:  # as JSON writes it: 0.0 == -0.0 in Python, and NaN != NaN
-        return a.__repr__() == b.__repr__()
-    return bool(a == b)
 
 
-_MISSING = object()
+class _Exact:
+    """A number in a snapshot: equal to a number of the same type that JSON writes the same
+    way (for a float, as ``repr`` writes it: ``-0.0`` is not ``0.0``, any NaN is NaN)."""
+
+    __slots__ = ("kind", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.kind = type(value)
+        self.value = value.__repr__() if self.kind is float else value
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not self.kind:
+            return other is self or (type(other) is _Exact and other.kind is self.kind
+                                     and other.value == self.value)
+        return (other.__repr__() if self.kind is float else other) == self.value
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"_Exact({self.value!r})"
 
 
-def snapshot(value: Any) -> Any:
-    """A copy of the containers (leaves are immutable and shared): a library host may change
-    its message objects in place, so the memo must not hold the host's own dicts and lists."""
+_NUMBERS = frozenset({int, float, bool})
+
+
+def strict(value: Any) -> Any:
+    """What the memo holds of a message: a copy of the containers (a library host may change
+    its message objects in place, so the memo must not hold the host's own dicts and lists),
+    strings and other leaves shared, numbers wrapped in :class:`_Exact`; ``==`` against it is
+    :func:`same`."""
     kind = type(value)
     if kind is dict:
-        return {k: snapshot(v) for k, v in value.items()}
+        return {k: strict(v) for k, v in value.items()}
     if kind is list:
-        return [snapshot(v) for v in value]
+        return [strict(v) for v in value]
+    if kind is tuple:
+        return tuple(strict(v) for v in value)
+    if kind in _NUMBERS:
+        return _Exact(value)
     return value
 
 
@@ -90,29 +101,39 @@ class FingerprintMemo:
         """Stored ids and their fingerprints, for later ``after_id`` requests."""
         if len(self._by_id) > IDS:
             self._by_id.clear()
-        self._by_id.update((i, p) for i, p in zip(ids, prints, strict=True)
-                           if i is not None and p is not None)
+        # In C: an id is None exactly when its fingerprint is (outgoing only), so the one
+        # pair that is not an id's is (None, None), taken out again.
+        self._by_id.update(zip(ids, prints, strict=True))
+        self._by_id.pop(None, None)  # type: ignore[call-overload]
 
     def fingerprints(self, session: str, messages: Sequence[Any], skip: Collection[int],
                      stored: Sequence[str] = ()) -> list[str | None]:
         """``ledger.fingerprint`` of every message (None for the ``skip`` ones), reusing the
         last request's values for its unchanged prefix. ``stored``: the ledger ids of the
         first messages (an ``after_id`` request), whose fingerprints are known by id."""
-        known = [self._by_id.get(i) for i in stored]
+        known = list(map(self._by_id.get, stored))
         if stored and None not in known:
             return [*known, *(None if i in skip else fingerprint(m)
-                              for i, m in enumerate(messages) if i >= len(known))]
+                              for i, m in enumerate(messages[len(known):], len(known)))]
         previous, prints = self._last.get(session, ((), []))
-        out: list[str | None] = []
-        reused = 0  # the unchanged prefix: its snapshots are kept as they are
-        for i, message in enumerate(messages):
-            if i == reused and i < len(previous) and same(message, previous[i]):
-                out.append(None if i in skip else prints[i] or fingerprint(message))
-                reused += 1
-                continue
-            out.append(None if i in skip else fingerprint(message))
-        kept = [previous[i] if i < reused else snapshot(m) for i, m in enumerate(messages)]
-        self._last[session] = (kept, out)
+        # The unchanged prefix, compared in C against the snapshot (each message's numbers
+        # strictly, :func:`_equal`): its snapshots and fingerprints are kept as they are.
+        # Counted in C, message by message up to the first difference (each compared once:
+        # over a freshly parsed request, equal strings are compared byte by byte).
+        try:
+            reused = len(list(takewhile(bool, map(eq, messages, previous))))
+        except RecursionError:
+            reused = 0
+        out: list[str | None] = list(prints[:reused])
+        for i in skip:
+            if i < reused:
+                out[i] = None
+        if None in out:  # skipped last time, not now
+            out = [None if i in skip else p or fingerprint(messages[i])
+                   for i, p in enumerate(out)]
+        out += [None if i in skip else fingerprint(m)
+                for i, m in enumerate(messages[reused:], reused)]
+        self._last[session] = ([*previous[:reused], *map(strict, messages[reused:])], out)
         self._last.move_to_end(session)
         while len(self._last) > SESSIONS:
             self._last.popitem(last=False)
@@ -120,20 +141,28 @@ class FingerprintMemo:
 
 
 def expand(ledger: LedgerSession, after_id: str, messages: Sequence[Any], fmt: str,
-           ephemeral: Sequence[int]) -> tuple[list[Any], str, list[int], list[str]]:
+           ephemeral: Sequence[int], earlier: Request | None = None,
+           ) -> tuple[list[Any], str, list[int], list[str]]:
     """The whole conversation for an ``after_id`` request: the stored messages up to and
     including ``after_id``, then ``messages``. Returns (messages, format, ephemeral indexes
-    shifted to the whole conversation, the stored ids of the first messages)."""
-    path = ledger.path_to(after_id) if isinstance(after_id, str) else None
+    shifted to the whole conversation, the stored ids of the first messages).
+
+    ``earlier``: the session's previous request, recorded in this ledger. When it holds
+    ``after_id``, its ids up to it are the path (ids are a hash chain: an id commits to its
+    parent's, so the ledger's walk back from ``after_id`` finds exactly those), and the walk
+    is not made; the records are then read in C (no Python step per stored message)."""
+    path = _known_path(ledger, after_id, earlier)
+    if path is None:
+        path = ledger.path_to(after_id) if isinstance(after_id, str) else None
     if not path:
         raise ContextSelectionError(
             "UNKNOWN_AFTER_ID",
             f"after_id {after_id!r} is not a message stored for {ledger.ref}: send the whole "
             "conversation in messages, without after_id.",
         )
-    records = [ledger.records[i] for i in path]
+    records = list(map(ledger.records.__getitem__, path))
     stored = str(records[-1].get("format"))
-    if fmt not in ("auto", stored) or any(r.get("format") != stored for r in records):
+    if fmt not in ("auto", stored) or set(map(dict.get, records, repeat("format"))) != {stored}:
         raise ContextSelectionError(
             "UNKNOWN_AFTER_ID",
             f"after_id {after_id!r} was stored in format {stored!r}, not {fmt!r}: send the "
@@ -143,5 +172,25 @@ def expand(ledger: LedgerSession, after_id: str, messages: Sequence[Any], fmt: s
         if not 0 <= index < len(messages):
             raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1} "
                               "(with after_id it counts from the first new message)")
-    return ([*(r["message"] for r in records), *messages], stored,
+    return ([*map(_MESSAGE, records), *messages], stored,
             [i + len(records) for i in ephemeral], path)
+
+
+_MESSAGE = itemgetter("message")
+
+
+def _known_path(ledger: LedgerSession, after_id: Any, earlier: Request | None) -> list[str] | None:
+    """The stored ids from the first message to ``after_id`` as ``earlier`` holds them, or None
+    (not held, or not all of them in the ledger: the ledger's own walk decides)."""
+    if earlier is None or not isinstance(after_id, str):
+        return None
+    ids = earlier.ids
+    try:
+        at = len(ids) - 1 if ids and ids[-1] == after_id else ids.index(after_id)
+    except ValueError:
+        return None
+    path = list(ids[:at + 1])
+    if None in path:  # outgoing-only messages: never stored, no part of the chain
+        path = [i for i in path if i is not None]
+    records = ledger.records
+    return path if all(map(records.__contains__, path)) else None

@@ -149,10 +149,11 @@ class ContextService:
         """The request value (``paging.request``), with an ``after_id`` request expanded to the
         whole conversation from the ledger and fingerprints reused for an unchanged prefix."""
         stored: list[str] = []
+        ref = self.ledger.session(session).ref
         if after_id is not None:
             messages, fmt, ephemeral, stored = expand(self.ledger.session(session), after_id,
-                                                      messages, fmt, ephemeral)
-        ref = self.ledger.session(session).ref
+                                                      messages, fmt, ephemeral,
+                                                      self._requests.get(ref))
         return read(messages, fmt, ephemeral, lambda skip: self._fingerprints.fingerprints(
             ref, messages, skip, stored), stored, validate, self._requests.get(ref))
 

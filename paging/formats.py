@@ -38,14 +38,18 @@ resident.
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal
 
 from context_paging.paging.messages import pi_stop_reason as _stop
 
 Format = Literal["anthropic", "openai", "responses", "pi"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai", "responses", "pi")
+Named = tuple[int, str, str]
+_CALL_NAME = itemgetter(1, 2)
 
 
 class FormatError(ValueError):
@@ -68,6 +72,9 @@ class Views:
     views: tuple[View, ...]
     parts: tuple[int, ...]  # how many views each host message produced
     followers: dict[int, tuple[int, ...]] | None = None  # Responses: a run's other items
+    # (message index, call id, tool name), in order, as each message named its calls: what a
+    # later message's tool result is named by; to_views replays a prefix of it (``earlier``)
+    named: tuple[Named, ...] = ()
 
 
 def detect_format(messages: Sequence[Any]) -> Format:
@@ -108,32 +115,96 @@ def detect_format(messages: Sequence[Any]) -> Format:
     return votes.pop()
 
 
-def to_views(messages: Sequence[dict[str, Any]], fmt: Format, resident: bool = True) -> Views:
+def to_views(messages: Sequence[dict[str, Any]], fmt: Format, resident: bool = True,
+             earlier: Views | None = None, start: int = 0) -> Views:
     """The request's views. ``resident=False``: no message is taken as resident input (the
     ledger's history reads stored messages one at a time, and a system message there is simply
-    not history)."""
+    not history).
+
+    ``earlier``, ``start``: the views of an earlier request (read with ``resident``, in this
+    format) whose first ``start`` messages have the JSON values of these, ``start`` as
+    :func:`reusable` gives it: the views of those messages are taken from it as they are, and
+    only the messages after them are converted (the value is the one converting all of them
+    gives). A view is a value made once and never changed afterwards: nothing downstream writes
+    into a view's message, and Pi's views are copies of the host's dicts, so a host that edits
+    its own messages in place does not change a view kept for a later call (the edit changes
+    the message's fingerprint, and so its view is made again)."""
+    if earlier is None:
+        start = 0
     if fmt == "responses":
-        return _responses_views(messages, resident)
+        return _responses_views(messages, resident, earlier, start)
     if fmt == "pi":
-        return Views(fmt, (), tuple(View(dict(m), i) for i, m in enumerate(messages)),
+        made = tuple(View(dict(m), i) for i, m in enumerate(messages[start:], start))
+        return Views(fmt, (), earlier.views[:start] + made if start else made,  # type: ignore
                      (1,) * len(messages))
     convert = _anthropic_views if fmt == "anthropic" else _openai_views
-    leading: list[int] = []
-    views: list[View] = []
-    parts: list[int] = []
-    names: dict[str, str] = {}
-    for index, message in enumerate(messages):
+    leading, views, parts, names, named = _taken(earlier, start)
+    if resident is not False and fmt == "openai":
+        leading.extend(range(len(leading), resident_count(messages, fmt)))
+    for index in range(start, len(messages)):
+        message = messages[index]
         if not isinstance(message, dict):
             raise FormatError(f"message {index} is not an object")
-        if (fmt == "openai" and message.get("role") in ("system", "developer") and not views
-                and resident is not False):
-            leading.append(index)
+        if index < len(leading):
             parts.append(0)
             continue
         produced = [View(m, index, part) for part, m in enumerate(convert(message, index, names))]
         views.extend(produced)
         parts.append(len(produced))
-    return Views(fmt, tuple(leading), tuple(views), tuple(parts))
+        _name_calls(named, index, produced[0].message, names)
+    return Views(fmt, tuple(leading), tuple(views), tuple(parts), named=tuple(named))
+
+
+def reusable(messages: Sequence[Any], fmt: Format, shared: int) -> int:
+    """How many leading messages keep the views an earlier request gave them when its first
+    ``shared`` messages are these: all of them, except in Responses, where a run of model items
+    can go on in a later item (its view then changes): there, up to the start of the run the
+    last shared item is in."""
+    if fmt != "responses":
+        return shared
+    while shared and isinstance(messages[shared - 1], dict) and (
+            responses_role(messages[shared - 1]) == "model"):
+        shared -= 1
+    return shared
+
+
+def _taken(earlier: Views | None, start: int) -> tuple[list[int], list[View], list[int],
+                                                         dict[str, str], list[Named]]:
+    """What converting the first ``start`` messages left: their resident indexes, views,
+    parts, the call-id -> tool name map and its log, taken from ``earlier``."""
+    if earlier is None or not start:
+        return [], [], [], {}, []
+    views = list(earlier.views[:sum(earlier.parts[:start])])
+    # the log is in message order: the calls named before ``start`` are a prefix of it
+    named = list(earlier.named[:bisect_left(earlier.named, (start,))])
+    return ([i for i in earlier.resident if i < start], views, list(earlier.parts[:start]),
+            dict(map(_CALL_NAME, named)), named)
+
+
+def _name_calls(named: list[Named], index: int, view: dict[str, Any],
+                names: dict[str, str]) -> None:
+    """Log the names a model message's calls gave (what :func:`_taken` replays)."""
+    if view.get("role") == "assistant":
+        named.extend((index, b["id"], names[b["id"]]) for b in view["content"]
+                     if b["type"] == "toolCall" and b.get("id") in names)
+
+
+def resident_count(messages: Sequence[Any], fmt: Format) -> int:
+    """How many leading messages are resident input: OpenAI's system/developer messages, and
+    in Responses those and Codex's set-up messages, before the first message of any other
+    kind (the first non-object message ends them too: converting it fails)."""
+    count = 0
+    for message in messages:
+        if not isinstance(message, dict):
+            break
+        if fmt == "openai":
+            if message.get("role") not in ("system", "developer"):
+                break
+        elif fmt != "responses" or not (responses_role(message) == "system"
+                                         or is_agent_context(message)):
+            break
+        count += 1
+    return count
 
 
 def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:
@@ -458,11 +529,13 @@ def responses_role(item: dict[str, Any]) -> str:
     return "output" if kind in _RESPONSES_OUTPUTS else "model"
 
 
-def responses_runs(items: Sequence[dict[str, Any]]) -> list[list[int]]:
-    """Maximal runs of consecutive model items, as index lists (the ledger groups the same)."""
+def responses_runs(items: Sequence[dict[str, Any]], start: int = 0) -> list[list[int]]:
+    """Maximal runs of consecutive model items, as index lists (the ledger groups the same).
+    ``start``: only those from there on (a run starts there: the item before is no model
+    item)."""
     runs: list[list[int]] = []
     previous = None
-    for index, item in enumerate(items):
+    for index, item in enumerate(items[start:], start):
         if not isinstance(item, dict):
             raise FormatError(f"input item {index} is not an object")
         role = responses_role(item)
@@ -521,15 +594,19 @@ def _model_block(item: dict[str, Any], names: dict[str, str]) -> list[dict[str, 
     return [_private(item)]  # reasoning, compaction, server-side calls: counted, never read
 
 
-def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True) -> Views:
-    runs = {run[0]: run for run in responses_runs(items)}
+def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True,
+                     earlier: Views | None = None, start: int = 0) -> Views:
+    resident, views, parts, names, named = _taken(earlier, start)
+    parts.extend([0] * (len(items) - start))
+    # Runs before ``start`` end before it (``reusable``): their followers are kept as they were.
+    followers = {k: v for k, v in (earlier.followers or {}).items() if k < start} if (
+        earlier is not None and start) else {}
+    runs = {run[0]: run for run in responses_runs(items, start)}
     in_run = {i for run in runs.values() for i in run}
-    resident: list[int] = []
-    views: list[View] = []
-    parts: list[int] = [0] * len(items)
-    followers: dict[int, tuple[int, ...]] = {}
-    names: dict[str, str] = {}
-    for index, item in enumerate(items):
+    if leading:
+        resident.extend(range(len(resident), resident_count(items, "responses")))
+    for index in range(start, len(items)):
+        item = items[index]
         role = responses_role(item)
         if index in runs:
             run = runs[index]
@@ -540,10 +617,11 @@ def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True) -> V
             parts[index] = 1
             if len(run) > 1:
                 followers[index] = tuple(run[1:])
+            _name_calls(named, index, views[-1].message, names)
         elif index in in_run:
             continue  # rendered with its run's first item
-        elif leading and not views and (role == "system" or is_agent_context(item)):
-            resident.append(index)
+        elif index < len(resident):
+            continue
         elif role == "output":
             call_id = item.get("call_id")
             if not isinstance(call_id, str):
@@ -557,4 +635,5 @@ def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True) -> V
             views.append(View({"role": "system" if role == "system" else "user",
                                "content": _responses_text(item.get("content"))}, index))
             parts[index] = 1
-    return Views("responses", tuple(resident), tuple(views), tuple(parts), followers)
+    return Views("responses", tuple(resident), tuple(views), tuple(parts), followers,
+                 tuple(named))

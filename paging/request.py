@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from context_paging.paging.formats import (
@@ -26,6 +27,8 @@ from context_paging.paging.formats import (
     FormatError,
     Views,
     detect_format,
+    resident_count,
+    reusable,
     to_views,
 )
 from context_paging.paging.messages import INTERRUPTED, tool_call_blocks, tool_call_ids
@@ -129,6 +132,11 @@ class Request:
 def parse(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int]) -> tuple[Format, Views]:
     """The request's format (``auto``: detected) and views; a ``FormatError`` for an unknown
     format or an ephemeral index outside the request."""
+    fmt = _checked(messages, fmt, ephemeral)
+    return fmt, to_views(messages, fmt)  # type: ignore[arg-type]
+
+
+def _checked(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int]) -> Format:
     if fmt == "auto":
         fmt = detect_format(messages)
     elif fmt not in FORMATS:
@@ -136,7 +144,7 @@ def parse(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int]) -> tuple[
     for index in ephemeral:
         if not 0 <= index < len(messages):
             raise FormatError(f"ephemeral index {index} is outside 0..{len(messages) - 1}")
-    return fmt, to_views(messages, fmt)  # type: ignore[arg-type]
+    return fmt  # type: ignore[return-value]
 
 
 def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Prints,
@@ -149,20 +157,38 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
 
     ``earlier``: the same session's previous request. What it derived for the leading messages
     both share is reused instead of derived again (the value is the same either way;
-    tests/test_select_cost.py proves it against reading from scratch): its ids for the shared
-    fingerprints, and its normalization and per-view fields for the leading views both share:
-    those of the leading ``stored`` messages of an ``after_id`` request whose ids it holds, or,
-    for the whole conversation, of the leading messages with its fingerprints."""
-    fmt, views = parse(messages, fmt, ephemeral)
-    skip = frozenset(ephemeral) | frozenset(views.resident)
-    same = _shared_views(views, stored, earlier)
+    tests/test_select_cost.py proves it against reading from scratch): its views of them
+    (``formats.to_views``), their ids, normalization and per-view fields. Shared are the
+    leading ``stored`` messages of an ``after_id`` request whose ids it holds at the same
+    places or, for the whole conversation, the leading messages with its fingerprints (the same
+    fingerprint is the same JSON value, and the same fingerprints from the start give the same
+    chain ids)."""
+    fmt = _checked(messages, fmt, ephemeral)
+    if earlier is not None and earlier.format != fmt:
+        earlier = None
     fingerprints: tuple[str | None, ...] | None = None
-    if earlier is not None and not stored:
+    shared = 0
+    if earlier is not None and stored:
+        shared = common_start(tuple(stored), earlier.ids)
+    elif earlier is not None:
         # The whole conversation again: its fingerprints (mostly reused, index.request) show
         # how many leading messages are the earlier request's, so they are taken first here.
-        fingerprints = tuple(prints(skip))
-        same = _unchanged_views(views, fingerprints, earlier)
-    vms = [v.message for v in views.views]
+        resident = range(resident_count(messages, fmt))
+        try:
+            fingerprints = tuple(prints(frozenset(ephemeral) | frozenset(resident)))
+        except Exception:  # noqa: BLE001 — not JSON: read from scratch, its error first
+            earlier = None
+        else:
+            shared = _unchanged(fingerprints, earlier, len(resident))
+    start = reusable(messages, fmt, shared)
+    views = to_views(messages, fmt, True, earlier.views if earlier else None, start)
+    skip = frozenset(ephemeral) | frozenset(views.resident)
+    same = 0  # leading views taken from ``earlier``, all stored in both
+    if start and earlier is not None:
+        same = sum(views.parts[:start])
+        if any(earlier.outgoing[:same]):
+            same = 0
+    vms = list(map(_MESSAGE, views.views))
     normalized = None
     if validate:
         known = None
@@ -172,68 +198,49 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
     if fingerprints is None:
         fingerprints = tuple(prints(skip))
     ids = tuple(chain_ids(fingerprints, earlier))
-    n = len(views.views)
-    outgoing = [False] * n
-    keys: list[str | None] = [None] * n
-    roles: list[str] = [""] * n
-    interrupted = [False] * n
+    outgoing: list[bool] = []
+    keys: list[str | None] = []
+    roles: list[str] = []
+    interrupted: list[bool] = []
     positions: list[int] = []
     entries: list[Entry] = []
-    if same and earlier is not None:  # every view before ``same`` is stored, in both
-        outgoing[:same] = earlier.outgoing[:same]
-        keys[:same] = earlier.keys[:same]
-        roles[:same] = earlier.roles[:same]
-        interrupted[:same] = earlier.interrupted[:same]
-        positions[:] = range(same)
-        entries[:] = zip((ids[v.source] for v in views.views[:same]), vms[:same], strict=True)
     for index, view in enumerate(views.views[same:], same):
         message = view.message
-        roles[index] = str(message.get("role"))
+        roles.append(str(message.get("role")))
         # as calibration has always read it: the stop reason alone, whatever the role
-        interrupted[index] = message.get("stopReason") in INTERRUPTED
+        interrupted.append(message.get("stopReason") in INTERRUPTED)
         if view.source in skip:
-            outgoing[index] = True
+            outgoing.append(True)
+            keys.append(None)
             continue
         history_id = ids[view.source]
-        keys[index] = f"{history_id}#{view.part}"
+        outgoing.append(False)
+        keys.append(f"{history_id}#{view.part}")
         positions.append(index)
         entries.append((str(history_id), message))
+    if same and earlier is not None:  # every view before ``same`` is stored, in both
+        return Request(tuple(messages), fmt, views, fingerprints, ids,
+                       earlier.outgoing[:same] + tuple(outgoing), earlier.keys[:same] + tuple(keys),
+                       earlier.roles[:same] + tuple(roles),
+                       earlier.interrupted[:same] + tuple(interrupted),
+                       earlier.positions[:same] + tuple(positions),
+                       earlier.entries[:same] + tuple(entries), normalized)
     return Request(tuple(messages), fmt, views, fingerprints, ids, tuple(outgoing), tuple(keys),
                    tuple(roles), tuple(interrupted),
                    tuple(positions), tuple(entries), normalized)
 
 
-def _unchanged_views(views: Views, fingerprints: Sequence[str | None],
-                     earlier: Request) -> int:
-    """How many leading views of a whole-conversation request are those of ``earlier``: the
-    views of its leading messages whose fingerprints are the earlier request's, up to the first
-    outgoing-only one (no fingerprint, so nothing says it is unchanged). The same fingerprint
-    is the same JSON value, so the same views, roles, stop reasons; and the same fingerprints
-    from the start give the same chain ids, so the same keys (:func:`_shared_views` says why
-    Responses is left out)."""
-    if views.format == "responses" or earlier.format != views.format:
-        return 0
+_MESSAGE = attrgetter("message")
+
+
+def _unchanged(fingerprints: Sequence[str | None], earlier: Request, resident: int) -> int:
+    """How many leading messages of a whole-conversation request have the JSON values of the
+    earlier request's: those with its fingerprints, up to the first outgoing-only one that is
+    not resident input (no fingerprint, so nothing says it is unchanged). Resident messages
+    have none either, but no view depends on one: only their number counts, so the same
+    leading resident messages are passed over."""
     count = common_start(fingerprints, earlier.fingerprints)
-    if None in fingerprints[:count]:
-        count = fingerprints.index(None)
-    same = sum(views.parts[:count])
-    if sum(earlier.views.parts[:count]) != same or any(earlier.outgoing[:same]):
-        return 0
-    return same
-
-
-def _shared_views(views: Views, stored: Sequence[str], earlier: Request | None) -> int:
-    """How many leading views are those of ``earlier`` (0: none known): the views of the
-    leading ``stored`` messages of an ``after_id`` request when ``earlier`` holds the same ids
-    there, all of them stored (so none outgoing there). Ids are a hash chain, so the same id
-    means the same messages up to it; a view depends only on its message and those before it
-    in every format but Responses, whose runs of items can grow with later items."""
-    count = len(stored)
-    if (earlier is None or not count or views.format == "responses"
-            or earlier.format != views.format or len(earlier.ids) < count
-            or earlier.ids[count - 1] != stored[-1] or earlier.ids[:count] != tuple(stored)):
-        return 0
-    same = sum(views.parts[:count])
-    if sum(earlier.views.parts[:count]) != same or any(earlier.outgoing[:same]):
-        return 0
-    return same
+    lead = resident if earlier.views.resident == tuple(range(resident)) else 0
+    if None in fingerprints[lead:count]:
+        count = fingerprints.index(None, lead, count)
+    return count

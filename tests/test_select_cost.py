@@ -169,8 +169,9 @@ def full_computation():
         patch.setattr(plan, "run_starts", _run_starts_looking_back)
         patch.setattr(items, "run_starts", _run_starts_looking_back)
         # Each request read from scratch, not built on the session's previous one.
-        reader = context.read
+        reader, expander = context.read, context.expand
         patch.setattr(context, "read", lambda *args: reader(*args[:6]))
+        patch.setattr(context, "expand", lambda *args: expander(*args[:5]))
         # Planning: both output walks, a full re-collection, chunks made anew, and every
         # message read by the pass itself (no keys: no remembered reads).
         patch.setattr(plan, "collect_sized", _collect_sized_twice)
@@ -471,7 +472,7 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
     value as without, for an ``after_id`` request and for the whole conversation, in every
     format."""
     from context_paging.index.ledger import fingerprint
-    from context_paging.paging.request import _shared_views, _unchanged_views, read
+    from context_paging.paging.request import read
 
     conversations = {
         "pi": [_message(k, n) for k, n in [("user", 0), ("call", 1), ("result", 1),
@@ -516,19 +517,33 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
         stored = list(earlier.ids)
         built = read(messages, fmt, [], prints(messages), stored, True, earlier)
         assert built == read(messages, fmt, [], prints(messages), stored, True)
-        reused += bool(_shared_views(built.views, stored, earlier))
+        reused += bool(taken(built, earlier))
         # The whole conversation again (no ``stored``): the fingerprints show the shared start.
         whole = read(messages, fmt, [], prints(messages), (), True, earlier)
         assert whole == read(messages, fmt, [], prints(messages), (), True)
-        unchanged += bool(_unchanged_views(whole.views, whole.fingerprints, earlier))
+        unchanged += bool(taken(whole, earlier))
         # ... and with the earlier request's last message changed, sent again after it.
         edited = [*messages[:upto - 1], {**messages[upto - 1], "edited": True},
                   *messages[upto - 1:]]
         with contextlib.suppress(ContextSelectionError):
             assert (read(edited, fmt, [], prints(edited), (), True, earlier)
                     == read(edited, fmt, [], prints(edited), (), True))
-    assert valid >= 2 and reused == (0 if fmt == "responses" else valid)
-    assert unchanged == (0 if fmt == "responses" else valid)
+    # Responses: not when the earlier request ends in a run of model items (it may go on)
+    assert valid >= 2 and 0 < reused == unchanged <= valid
+    assert fmt == "responses" or reused == valid
+
+
+def taken(request, earlier) -> int:
+    """How many leading views ``request`` took from ``earlier`` (the very objects)."""
+    count = 0
+    for view, before in zip(request.views.views, earlier.views.views):  # noqa: B905
+        if view is not before:
+            break
+        count += 1
+    return count
+
+
+
 
 
 @pytest.mark.parametrize("fmt", ["pi", "anthropic", "openai", "responses"])

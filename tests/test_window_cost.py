@@ -7,6 +7,7 @@ computation does: ``ContextService.reference = True`` counts every message befor
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from context_paging.index.canonical import canonical, plain
 from context_paging.index.ledger import Ledger
-from context_paging.index.request import FingerprintMemo, same, snapshot
+from context_paging.index.request import FingerprintMemo, same, strict
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
@@ -232,10 +233,11 @@ def test_the_fast_canonical_form_is_byte_for_byte_the_json_modules(value):
 @given(json_values, json_values)
 def test_same_values_have_the_same_canonical_form(a, b):
     """The memo keeps a fingerprint when ``same`` says so: that must never hide a change."""
-    for x, y in ((a, b), (a, snapshot(a)), (a, json.loads(json.dumps(a))), ([a, b], [a, a])):
-        if same(x, y):
-            assert canonical(x) == canonical(y)
-    assert same(a, snapshot(a)) and same(a, json.loads(json.dumps(a)))  # and it sees equality
+    for x, y in ((a, b), (a, copy.deepcopy(a)), (a, json.loads(json.dumps(a))), ([a, b], [a, a])):
+        # exactly: the same JSON value (canonical sorts keys) ...
+        assert same(x, y) == (canonical(x) == canonical(y))
+        assert same(x, y) == (x == strict(y))  # ... and what the memo compares
+    assert same(a, copy.deepcopy(a)) and same(a, json.loads(json.dumps(a)))  # it sees equality
 
 
 def test_the_encoder_fast_path_is_taken_for_plain_messages():
