@@ -72,24 +72,19 @@ class Estimates:
         self._cached(request, distilled, deferred, index, out, lazy)
         return out, lazy
 
-    def _cached(self, request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
+    @staticmethod
+    def _cached(request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
                 index: int, out: list[float], lazy: set[int]) -> None:
-        """Views ``index`` down to 0, past the reach: cached estimates only, else uncounted.
-        :meth:`view` with ``count`` false, inlined: this loop runs over all of the history on
-        every call, the rest only over the window."""
-        views, prints, get = request.views.views, request.fingerprints, self.cache.get
-        while index >= 0:
-            if index in distilled or index in deferred:
-                value = None if index in deferred else self.view(index, request, distilled, False)
-            else:
-                view = views[index]
-                fp = prints[view.source]
-                value = None if fp is None else get((fp, view.part))
-            if value is None:
-                lazy.add(index)
-            else:
-                out[index] = value
-            index -= 1
+        """Views ``index`` down to 0, past the reach: every one uncounted (0), without even
+        looking in the cache, so a call costs nothing per view of older history.
+
+        No window can keep one of them: views after ``index`` already add up to more than the
+        reach, the largest limit the selector compares a window with, and a window is always a
+        run of views up to the newest (FIFO evicts from the front). A window that did keep one
+        (views the selector leaves out, system messages or interrupted exchanges, counted in
+        the reach's sum, are the only way) is counted in full and chosen again, as for any
+        uncounted view; :meth:`ahead` takes the cached values of the rest between calls."""
+        lazy.update(range(index + 1))
 
     def view(self, index: int, request: Request, distilled: Mapping[int, Any],
              count: bool = True) -> float | None:
@@ -122,6 +117,9 @@ class Estimates:
         deadline = time.perf_counter() + seconds
         last = 0.0  # the previous count's time: a count that would not fit is not started
         for index in sorted(lazy, reverse=True):
+            if self.view(index, request, distilled, count=False) is not None:
+                lazy.discard(index)  # counted before (calls leave older views unlooked-up)
+                continue
             now = time.perf_counter()
             if now + last >= deadline or (stop is not None and stop()):
                 return
