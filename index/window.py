@@ -297,9 +297,12 @@ class ContextService:
     def _selector(self, call: _Call, shown: _Shown, estimates: list[float],
                   calibration: Calibration | None) -> Selection:
         request, distilled = call.request, shown.distilled
+        messages = [v.message for v in request.views.views]
+        for i, shown_as in distilled.items():  # a replaced view is sent as its replacement
+            if shown_as.message:
+                messages[i] = shown_as.message
         return select_context(
-            [distilled[i].message or v.message if i in distilled else v.message
-             for i, v in enumerate(request.views.views)],
+            messages,
             token_budget=call.budget, trim_to_tokens=call.trim, model_window=call.model_window,
             first_cut=self.settings.first_cut if call.trim is None else None,
             resident_tokens=call.resident, estimates=estimates,

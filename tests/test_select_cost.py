@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from context_paging.index import window as context
 from context_paging.index import window_distill
-from context_paging.index.ledger import Ledger
+from context_paging.index.ledger import Ledger, LedgerSession
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging import select
 from context_paging.paging.distill import DistillConfig, chunk, conversation, items, judge, plan
@@ -177,6 +177,14 @@ def full_computation():
         patch.setattr(plan, "with_facts", _facts_from_scratch)
         patch.setattr(plan, "_chunks", lambda text: tuple(chunk.chunk_output(text)))
         patch.setattr(window_distill, "view_keys", lambda request: None)
+        # The ledger walks every path and looks at every message of an append: no chain known.
+        append = LedgerSession.append
+
+        def append_walking(self, *args, **kwargs):
+            self._chain = []
+            return append(self, *args, **kwargs)
+
+        patch.setattr(LedgerSession, "append", append_walking)
         yield
 
 
@@ -273,6 +281,31 @@ def test_the_property_reaches_distillation_and_cut_advances(tmp_path):
     actions = {d.action for d in svc.ledger.session("s").decisions}
     assert {"remove", "keep"} <= actions
     assert len(set(frontiers) - {"null"}) >= 2
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2])
+def test_a_frontier_found_outside_the_completed_turns_answers_as_the_full_search(tmp_path,
+                                                                              extra):
+    """The frontier search finds a matching message's turn by bisection; a match that lies in
+    no completed turn (here the conversation goes back to the cut's own turn, which becomes
+    the active one, ``extra`` messages into it or past it) is no hit, as the full search has
+    it: both answer the same (the cut is not in the groups)."""
+    messages = [m for n in range(10) for m in turn(n, 120, PATHS[n % 2], True, False)]
+    messages.append({"role": "user", "content": "go on"})
+    fast = service(tmp_path / "fast", reference=False, budget=1_500)
+    full = service(tmp_path / "full", reference=True, budget=1_500)
+    got = json.loads(outcome(fast, messages=messages, fmt="pi"))
+    with full_computation():
+        assert json.dumps(got, sort_keys=True) == outcome(full, messages=messages, fmt="pi")
+    frontier = got[0]["frontier"]
+    assert frontier is not None and frontier["kind"] == "completedTurn"
+    path = fast.ledger.session("s").path_ids()
+    at = path.index(frontier["last_evicted"]["history_id"])
+    again = messages[: at + 1 + extra]
+    again += [{"role": "user", "content": "and now?"}] if extra == 2 else []
+    fast_again = outcome(fast, messages=again, fmt="pi")
+    with full_computation():
+        assert fast_again == outcome(full, messages=again, fmt="pi")
 
 
 @settings(max_examples=300, deadline=None)
