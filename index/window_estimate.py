@@ -11,6 +11,7 @@ kept an uncounted view). Idle time between calls counts some of them ahead (``ah
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
@@ -21,6 +22,7 @@ from context_paging.paging.request import Request
 from context_paging.paging.tokens import counted_resident, counted_tokens
 
 ESTIMATE_CACHE = 50_000
+TEXT_CACHE = 64
 
 
 class Estimates:
@@ -29,6 +31,9 @@ class Estimates:
     def __init__(self, count_text: Callable[[str], int] | None) -> None:
         self.count_text = count_text
         self.cache: OrderedDict[tuple[str, int], float] = OrderedDict()
+        # Texts every call counts again: the system prompt and tools, the frozen notice (sent
+        # unchanged until the cut advances). Counted once per distinct text.
+        self._texts: OrderedDict[tuple[str, ...], float] = OrderedDict()
 
     def message(self, message: dict[str, Any]) -> float:
         if self.count_text is None:
@@ -38,10 +43,26 @@ class Estimates:
     def resident(self, system: str, tools: list[dict[str, Any]]) -> float:
         if self.count_text is None:
             return resident_chars4(system, tools)
-        return counted_resident(system, tools, self.count_text)
+        try:  # the key holds all of every tool, as sent (more than the count reads)
+            key = ("resident", system, json.dumps(tools))  # key order kept: it may count
+        except (TypeError, ValueError):  # not JSON (a caller's own objects): counted each time
+            return counted_resident(system, tools, self.count_text)
+        return self._text(key, lambda: counted_resident(system, tools, self.count_text))
 
     def notice(self, text: str) -> float:
-        return text_chars4(text) if self.count_text is None else self.count_text(text) + 4
+        if self.count_text is None:
+            return text_chars4(text)
+        return self._text(("notice", text), lambda: self.count_text(text) + 4)
+
+    def _text(self, key: tuple[str, ...], count: Callable[[], float]) -> float:
+        value = self._texts.get(key)
+        if value is None:
+            value = self._texts[key] = count()
+            if len(self._texts) > TEXT_CACHE:
+                self._texts.popitem(last=False)
+        else:
+            self._texts.move_to_end(key)
+        return value
 
     def views(self, request: Request, distilled: Mapping[int, Any], reach: float | None = None,
               deferred: Collection[int] = ()) -> tuple[list[float], set[int]]:

@@ -100,15 +100,8 @@ def test_the_recorded_sessions_texts_add_up(path):
 
 
 def test_large_texts_are_counted_in_two_pieces_as_the_whole(monkeypatch):
+    monkeypatch.setattr(tokens, "_core_free", lambda: True)
     count = tokens.text_counter()
-    calls: list[int] = []
-    original = tokens._count_split
-
-    def spy(whole_count, helper, text):
-        calls.append(len(text) if tokens.split_point(text) is not None else 0)
-        return original(whole_count, helper, text)
-
-    monkeypatch.setattr(tokens, "_count_split", spy)
     texts = [bench_output(n) for n in range(3)]
     texts.append("line of output\n" * 5_000)  # split points everywhere
     texts.append(" \n" * 20_000)  # none: counted whole
@@ -150,3 +143,11 @@ def test_a_split_point_lies_in_the_middle_half():
 @pytest.mark.recorded
 def test_the_fixture_list_is_what_the_texts_test_reads():
     assert ALL_FIXTURES and all(path.exists() for path in ALL_FIXTURES)
+
+
+def test_a_busy_machine_counts_in_one_piece(monkeypatch):
+    text = bench_output()
+    monkeypatch.setattr(tokens.os, "getloadavg", lambda: (tokens._cores() + 1.0, 0.0, 0.0))
+    assert not _splits(text)
+    monkeypatch.setattr(tokens.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert _splits(text)
