@@ -18,12 +18,13 @@ import base64
 import functools
 import hashlib
 import logging
-import os
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
+
+from context_paging.index.window_estimate import cores, spare_core
 
 log = logging.getLogger("context_paging")
 
@@ -46,7 +47,7 @@ def text_counter() -> Callable[[str], int] | None:
     def whole(text: str) -> int:
         return len(encoding.encode_ordinary(text))
 
-    if _cores() < 2:
+    if cores() < 2:
         return whole
     return functools.partial(_count_split, whole, _helper())
 
@@ -127,23 +128,9 @@ def _count_split(whole: Callable[[str], int], helper: ThreadPoolExecutor, text: 
 
 
 def _core_free() -> bool:
-    """Whether the last minute's load leaves a core for the helper (this process's own
-    thread counts toward the load). On a machine whose cores are all busy the second thread
-    only waits for one: measured on a 2-core machine under a load of 3, a split 52 KB count
-    took 1.1-1.2x the whole count's time (bench figures in the README). It only decides how a
-    count runs, never its value."""
-    try:
-        return os.getloadavg()[0] < _cores() - 0.5
-    except OSError:  # no load average here
-        return True
-
-
-@functools.cache
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """:func:`index.window_estimate.spare_core`: measured on a 2-core machine under a load of
+    3, a split 52 KB count took 1.1-1.2x the whole count's time (bench figures in the README)."""
+    return spare_core()
 
 
 @functools.cache
