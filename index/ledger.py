@@ -43,6 +43,7 @@ import hashlib
 import json
 import logging
 import math
+import operator
 import os
 import re
 import threading
@@ -348,12 +349,9 @@ def _project_extending(previous: tuple[list[Message], tuple[HistoryItem, ...]] |
     if previous is None:
         return project(messages, path).items
     old, old_items = previous
-    common = 0
-    for common in range(min(len(old), len(messages))):  # noqa: B007 — the index is the result
-        if old[common] is not messages[common]:
-            break
-    else:
-        common = min(len(old), len(messages))
+    # The leading Messages that are the very same objects (compared in C, not in a loop).
+    same = list(map(operator.is_, old, messages))
+    common = same.index(False) if False in same else len(same)
     boundary = next((k for k in range(common - 1, 0, -1) if messages[k].role == "user"), None)
     if boundary is None:
         return project(messages, path).items

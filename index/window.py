@@ -25,6 +25,7 @@ The cut is reset when the model or its window changes (upstream resets on a mode
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,6 +58,9 @@ from context_paging.paging.stubs import merge_stubs
 __all__ = ["ContextService", "ContextSettings", "Distilled", "LedgerHistory", "provider_of"]
 
 _REQUESTS = 16  # sessions whose last request is kept for the next one to build on
+# Per-view passes over the whole conversation run in C (map over these), not in Python loops.
+_MESSAGE = operator.attrgetter("message")
+_SOURCE = operator.attrgetter("source")
 
 
 @dataclass(frozen=True)
@@ -300,7 +304,7 @@ class ContextService:
     def _selector(self, call: _Call, shown: _Shown, estimates: list[float],
                   calibration: Calibration | None) -> Selection:
         request, distilled = call.request, shown.distilled
-        messages = [v.message for v in request.views.views]
+        messages = list(map(_MESSAGE, request.views.views))
         for i, shown_as in distilled.items():  # a replaced view is sent as its replacement
             if shown_as.message:
                 messages[i] = shown_as.message
@@ -478,8 +482,7 @@ def _keys(request: Request, distilled: dict[int, Distilled]) -> list[str | None]
 
 def _evicted(request: Request, selection: Selection) -> int:
     """How many host messages the window left out (an Anthropic message counts once)."""
-    views = request.views.views
-    return len({views[i].source for i in selection.evicted})
+    return len(set(map(_SOURCE, map(request.views.views.__getitem__, selection.evicted))))
 
 
 def _reach(budget: Any, trim: Any, model_window: Any) -> float | None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,6 +96,7 @@ __all__ = [
 ]
 
 Mode = Literal["within_budget", "paged", "protected_overflow", "recovery"]
+_ROLE = operator.methodcaller("get", "role")
 
 
 @dataclass(frozen=True)
@@ -203,8 +205,8 @@ def select_context(
     if weights is not None:
         resident_tokens, estimates = weights.resident_tokens, weights.message_tokens
     # Outgoing system messages are covered by the resident estimate (§5.3).
-    # (``role_of`` inlined: this and the roles below are passes over the whole conversation.)
-    roles = [m.get("role") for m in messages]
+    # (``role_of`` as a map in C: this and the costs are passes over the whole conversation.)
+    roles = list(map(_ROLE, messages))
     costs = ([0 if role == "system" else estimates[i] for i, role in enumerate(roles)]
              if "system" in roles else list(estimates))
     if outgoing_only is None or len(outgoing_only) != len(messages):
@@ -240,7 +242,7 @@ class _Selector:
         self._notice_tokens, self._notice_costs, self._notices = notice_tokens, {}, {}
         if normalized is None:
             normalized = normalize(messages)
-        self.groups = group(messages, normalized.atoms, outgoing)
+        self.groups = group(messages, normalized.atoms, outgoing, roles)
         self.dropped = normalized.dropped
         self.normalized = tuple(itertools.chain.from_iterable(normalized.atoms))
         raw_input = resident + sum(costs)
