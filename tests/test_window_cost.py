@@ -159,6 +159,22 @@ def test_idle_counts_the_views_a_call_left_uncounted_and_stops_when_asked(tmp_pa
     assert not svc.idle(math.inf)  # nothing left to do
 
 
+def test_a_calls_previous_request_is_freed_in_spare_time(tmp_path):
+    """The request a call replaces is kept until ``idle`` (freeing it is not the call's work);
+    a host that never calls ``idle`` keeps only a few."""
+    messages = conversation([20] * 6, [True] * 6)
+    svc = service(tmp_path, False, 400)
+    first = svc.select("s", messages[:12], fmt="pi")
+    svc.select("s", messages[12:], fmt="pi", after_id=first["last_message_id"])
+    assert any(value is not None for value in svc._retired)
+    svc.idle(0.0)
+    assert svc._retired == []
+    for n in range(20):
+        svc.select("s", [{"role": "user", "content": f"more {n}"}], fmt="pi",
+                   after_id=svc.ledger.session("s").head)
+    assert len(svc._retired) <= 8
+
+
 def test_an_uncounted_message_never_reaches_the_window(tmp_path):
     """A budget far below the history: only the newest messages are counted exactly."""
     messages = conversation([200] * 30, [True] * 30) + [{"role": "user", "content": "next"}]
