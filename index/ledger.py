@@ -43,6 +43,7 @@ import hashlib
 import json
 import logging
 import math
+import operator
 import os
 import re
 import threading
@@ -112,6 +113,10 @@ class LedgerSession:
         self._path: _Path | None = None
         self._projected: tuple[list[Message], tuple[HistoryItem, ...]] | None = None
         self._flushing: list[Future[None]] = []  # fsyncs still running (durable=False writes)
+        # The ids from the first message to the last one the last append stored, each record's
+        # parent checked: what a walk back from that id gives, known without walking (records
+        # are never changed, only added; a restarted file forgets it).
+        self._chain: list[str] = []
         self._flush_lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -123,6 +128,7 @@ class LedgerSession:
             self.decisions = []
             self._converted = {}
             self._path = self._projected = None
+            self._chain = []
         self.issues.extend(chunk.issues)
         for record in chunk.records:
             value = record.value
@@ -143,17 +149,29 @@ class LedgerSession:
         caller must call :meth:`synced` before it acknowledges anything."""
         self.refresh()
         lines: list[bytes] = []
-        parent = None
+        # The ids this request shares at its start with the last chain appended are stored,
+        # with these very parents: only the rest is looked at (a request that grew by a turn
+        # costs that turn, not the conversation).
+        # (The chain holds no None: an outgoing-only message ends the shared start.)
+        chain = self._chain
+        start = common_start(list(ids), chain) if chain else 0
+        parent = ids[start - 1] if start else None
+        path, checked = chain[:start], True
         now = _now()  # one time for the whole append: the messages arrived together
-        for message, message_id in zip(messages, ids, strict=True):
+        for message, message_id in zip(messages[start:], ids[start:], strict=True):
             if message_id is None:
                 continue
-            if message_id not in self.records:
+            record = self.records.get(message_id)
+            if record is None:
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
                           "ts": now, "message": message}
                 lines.append(dump_line(record))
                 self.records[message_id] = record
+            elif record.get("parent") != parent:
+                checked = False  # a record stored with another parent: walks decide
+            path.append(message_id)
             parent = message_id
+        self._chain = path if checked else []
         new = len(lines)
         new_head = parent
         if new_head != self.head:
@@ -239,6 +257,8 @@ class LedgerSession:
 
     def path_ids(self) -> list[str]:
         """Ids from the first message to the head (the conversation the host sent last)."""
+        if self._chain and self._chain[-1] == self.head:
+            return list(self._chain)
         out: list[str] = []
         seen: set[str] = set()
         current = self.head
@@ -259,6 +279,8 @@ class LedgerSession:
 
     def path_to(self, message_id: str) -> list[str] | None:
         """Ids from the first message to ``message_id``, or None if it is not stored here."""
+        if self._chain and self._chain[-1] == message_id:  # the usual after_id: the last head
+            return list(self._chain)
         out: list[str] = []
         seen: set[str] = set()
         current: str | None = message_id
@@ -327,12 +349,9 @@ def _project_extending(previous: tuple[list[Message], tuple[HistoryItem, ...]] |
     if previous is None:
         return project(messages, path).items
     old, old_items = previous
-    common = 0
-    for common in range(min(len(old), len(messages))):  # noqa: B007 — the index is the result
-        if old[common] is not messages[common]:
-            break
-    else:
-        common = min(len(old), len(messages))
+    # The leading Messages that are the very same objects (compared in C, not in a loop).
+    same = list(map(operator.is_, old, messages))
+    common = same.index(False) if False in same else len(same)
     boundary = next((k for k in range(common - 1, 0, -1) if messages[k].role == "user"), None)
     if boundary is None:
         return project(messages, path).items

@@ -7,28 +7,52 @@ exceed it: older views the cache does not hold get 0, a lower bound, and are rep
 uncounted (``index.window`` selects on these figures and recounts everything when the window
 kept an uncounted view). Idle time between calls counts some of them ahead (``ahead``, run by
 ``ContextService.idle``, never inside a call).
+
+The newest large views the cache lacks (a new tool output of tens of kilobytes) start counting
+on a helper thread as soon as the request is read (:meth:`Estimates.prefetch`), while the call
+records, loads its state and distills; tiktoken releases the GIL while it encodes. The estimate
+step takes the helper's result for the same key, the same count of the same message. Only when
+the machine's load leaves a core free (:func:`spare_core`): otherwise the helper would only
+wait for a core.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from context_paging.paging.request import Request
-from context_paging.paging.tokens import counted_resident, counted_tokens
+from context_paging.paging.tokens import counted_resident, counted_tokens, message_parts
 
 ESTIMATE_CACHE = 50_000
+TEXT_CACHE = 64
+# Prefetch: the newest this many views, each of at least this many characters (a smaller one
+# costs less to count than to hand over).
+PREFETCH_VIEWS = 8
+PREFETCH_CHARS = 16_000
 
 
 class Estimates:
     """Estimates with the configured counter: ``count_text`` (tiktoken) or characters/4."""
 
-    def __init__(self, count_text: Callable[[str], int] | None) -> None:
+    def __init__(self, count_text: Callable[[str], int] | None,
+                 spare: Callable[[], bool] | None = None) -> None:
         self.count_text = count_text
+        # Whether a helper thread may count ahead now (None: never).
+        self.spare = spare
+        self.prefetch_chars = PREFETCH_CHARS
+        self._pending: dict[tuple[str, int], Future[float]] = {}
         self.cache: OrderedDict[tuple[str, int], float] = OrderedDict()
+        # Texts every call counts again: the system prompt and tools, the frozen notice (sent
+        # unchanged until the cut advances). Counted once per distinct text.
+        self._texts: OrderedDict[tuple[str, ...], float] = OrderedDict()
 
     def message(self, message: dict[str, Any]) -> float:
         if self.count_text is None:
@@ -38,10 +62,26 @@ class Estimates:
     def resident(self, system: str, tools: list[dict[str, Any]]) -> float:
         if self.count_text is None:
             return resident_chars4(system, tools)
-        return counted_resident(system, tools, self.count_text)
+        try:  # the key holds all of every tool, as sent (more than the count reads)
+            key = ("resident", system, json.dumps(tools))  # key order kept: it may count
+        except (TypeError, ValueError):  # not JSON (a caller's own objects): counted each time
+            return counted_resident(system, tools, self.count_text)
+        return self._text(key, lambda: counted_resident(system, tools, self.count_text))
 
     def notice(self, text: str) -> float:
-        return text_chars4(text) if self.count_text is None else self.count_text(text) + 4
+        if self.count_text is None:
+            return text_chars4(text)
+        return self._text(("notice", text), lambda: self.count_text(text) + 4)
+
+    def _text(self, key: tuple[str, ...], count: Callable[[], float]) -> float:
+        value = self._texts.get(key)
+        if value is None:
+            value = self._texts[key] = count()
+            if len(self._texts) > TEXT_CACHE:
+                self._texts.popitem(last=False)
+        else:
+            self._texts.move_to_end(key)
+        return value
 
     def views(self, request: Request, distilled: Mapping[int, Any], reach: float | None = None,
               deferred: Collection[int] = ()) -> tuple[list[float], set[int]]:
@@ -72,24 +112,50 @@ class Estimates:
         self._cached(request, distilled, deferred, index, out, lazy)
         return out, lazy
 
-    def _cached(self, request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
+    @staticmethod
+    def _cached(request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
                 index: int, out: list[float], lazy: set[int]) -> None:
-        """Views ``index`` down to 0, past the reach: cached estimates only, else uncounted.
-        :meth:`view` with ``count`` false, inlined: this loop runs over all of the history on
-        every call, the rest only over the window."""
-        views, prints, get = request.views.views, request.fingerprints, self.cache.get
-        while index >= 0:
-            if index in distilled or index in deferred:
-                value = None if index in deferred else self.view(index, request, distilled, False)
-            else:
-                view = views[index]
-                fp = prints[view.source]
-                value = None if fp is None else get((fp, view.part))
-            if value is None:
-                lazy.add(index)
-            else:
-                out[index] = value
-            index -= 1
+        """Views ``index`` down to 0, past the reach: every one uncounted (0), without even
+        looking in the cache, so a call costs nothing per view of older history.
+
+        No window can keep one of them: views after ``index`` already add up to more than the
+        reach, the largest limit the selector compares a window with, and a window is always a
+        run of views up to the newest (FIFO evicts from the front). A window that did keep one
+        (views the selector leaves out, system messages or interrupted exchanges, counted in
+        the reach's sum, are the only way) is counted in full and chosen again, as for any
+        uncounted view; :meth:`ahead` takes the cached values of the rest between calls."""
+        lazy.update(range(index + 1))
+
+    def prefetch(self, request: Request) -> None:
+        """Start counting the newest large views the cache lacks on the helper thread, when a
+        core is free for it. Results no call took are dropped at the next prefetch."""
+        for future in self._pending.values():
+            future.cancel()  # not started yet: never started (a started one just finishes)
+        self._pending = {}
+        if self.count_text is None or self.spare is None or not self.spare():
+            return
+        views, prints = request.views.views, request.fingerprints
+        for index in range(len(views) - 1, max(-1, len(views) - 1 - PREFETCH_VIEWS), -1):
+            view = views[index]
+            fp = prints[view.source]
+            key = None if fp is None else (fp, view.part)
+            if key is None or key in self.cache or key in self._pending:
+                continue
+            size = sum(len(part) for part in message_parts(view.message)
+                       if isinstance(part, str))
+            if size >= self.prefetch_chars:
+                try:
+                    self._pending[key] = _helper().submit(self.message, view.message)
+                except RuntimeError:  # the interpreter is shutting down
+                    return
+
+    def _counted(self, key: tuple[str, int] | None, message: dict[str, Any]) -> float:
+        """The message's count: the helper's when it counts this key (waiting for it if it has
+        started, else taking the count back), else counted here."""
+        future = None if key is None else self._pending.pop(key, None)
+        if future is not None and not future.cancel():
+            return future.result()
+        return self.message(message)
 
     def view(self, index: int, request: Request, distilled: Mapping[int, Any],
              count: bool = True) -> float | None:
@@ -106,7 +172,7 @@ class Estimates:
         value = None if key is None else self.cache.get(key)
         if value is not None or not count:
             return value
-        value = self.message(message)
+        value = self._counted(key, message)
         if key is not None:
             self.cache[key] = value
             if len(self.cache) > ESTIMATE_CACHE:
@@ -122,9 +188,36 @@ class Estimates:
         deadline = time.perf_counter() + seconds
         last = 0.0  # the previous count's time: a count that would not fit is not started
         for index in sorted(lazy, reverse=True):
+            if self.view(index, request, distilled, count=False) is not None:
+                lazy.discard(index)  # counted before (calls leave older views unlooked-up)
+                continue
             now = time.perf_counter()
             if now + last >= deadline or (stop is not None and stop()):
                 return
             self.view(index, request, distilled)
             lazy.discard(index)
             last = time.perf_counter() - now
+
+
+def spare_core() -> bool:
+    """Whether the last minute's load leaves a core free for a helper thread (this process's
+    own thread counts toward the load). On a machine whose cores are all busy a second thread
+    only waits for one. It only decides where a count runs, never its value."""
+    try:
+        return os.getloadavg()[0] < cores() - 0.5
+    except OSError:  # no load average here
+        return cores() > 1
+
+
+@functools.cache
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+@functools.cache
+def _helper() -> ThreadPoolExecutor:
+    """The prefetch thread, made on first use."""
+    return ThreadPoolExecutor(1, thread_name_prefix="context-paging-prefetch")

@@ -48,7 +48,10 @@ Changed:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -93,6 +96,7 @@ __all__ = [
 ]
 
 Mode = Literal["within_budget", "paged", "protected_overflow", "recovery"]
+_ROLE = operator.methodcaller("get", "role")
 
 
 @dataclass(frozen=True)
@@ -201,9 +205,10 @@ def select_context(
     if weights is not None:
         resident_tokens, estimates = weights.resident_tokens, weights.message_tokens
     # Outgoing system messages are covered by the resident estimate (§5.3).
-    # (``role_of`` inlined: this and the roles below are passes over the whole conversation.)
-    roles = [m.get("role") for m in messages]
-    costs = [0 if role == "system" else estimates[i] for i, role in enumerate(roles)]
+    # (``role_of`` as a map in C: this and the costs are passes over the whole conversation.)
+    roles = list(map(_ROLE, messages))
+    costs = ([0 if role == "system" else estimates[i] for i, role in enumerate(roles)]
+             if "system" in roles else list(estimates))
     if outgoing_only is None or len(outgoing_only) != len(messages):
         outgoing_only = [False] * len(messages)
     selector = _Selector(
@@ -237,11 +242,11 @@ class _Selector:
         self._notice_tokens, self._notice_costs, self._notices = notice_tokens, {}, {}
         if normalized is None:
             normalized = normalize(messages)
-        self.groups = group(messages, normalized.atoms, outgoing)
+        self.groups = group(messages, normalized.atoms, outgoing, roles)
         self.dropped = normalized.dropped
-        self.normalized = tuple(i for atom in normalized.atoms for i in atom)
+        self.normalized = tuple(itertools.chain.from_iterable(normalized.atoms))
         raw_input = resident + sum(costs)
-        self.raw_full = resident + sum(costs[i] for i in self.normalized)
+        self.raw_full = resident + sum(map(costs.__getitem__, self.normalized))  # same order
         # Computed once from the original input; never after normalization, cuts or snaps.
         self.c = 0 if measured is None else measured - raw_input
         if measured is None and resident > self.budget:
@@ -300,15 +305,21 @@ class _Selector:
             return False
         return self._key_id(index) == key.history_id
 
-    def _matching(self, key: CutKey, assistant_only: bool = False) -> Callable[[int], bool]:
-        """``_matches`` for one key. A history that lists the messages carrying a history id
-        (``indexes_of``, optional to ``RawHistory``) lets it be a set lookup: only those can
+    def _found(self, key: CutKey, assistant_only: bool = False) -> set[int] | None:
+        """The messages ``_matches`` accepts for one key, when the history lists the messages
+        carrying a history id (``indexes_of``, optional to ``RawHistory``): only those can
         match (``_key_id`` is that id), so the frontier is found without asking about every
-        message of the conversation."""
+        message of the conversation. None without ``indexes_of``."""
         indexes_of = getattr(self.raw, "indexes_of", None)
         if indexes_of is None:
+            return None
+        return {i for i in indexes_of(key.history_id) if self._matches(i, key, assistant_only)}
+
+    def _matching(self, key: CutKey, assistant_only: bool = False) -> Callable[[int], bool]:
+        """``_matches`` for one key (a set lookup when :meth:`_found` knows the set)."""
+        found = self._found(key, assistant_only)
+        if found is None:
             return lambda i: self._matches(i, key, assistant_only)
-        found = {i for i in indexes_of(key.history_id) if self._matches(i, key, assistant_only)}
         return found.__contains__
 
     def apply(self, frontier: Frontier) -> View | None:
@@ -316,15 +327,22 @@ class _Selector:
         groups, key = self.groups, frontier.last_evicted
         if frontier.kind != "partialTurn":
             units = [(a,) for a in groups.prefixes] if frontier.kind == "prefix" else groups.turns
-            matches = self._matching(key)
-            hits = []
-            for p, unit in enumerate(units):
-                for atom in unit:
-                    for i in atom:
-                        if matches(i):
-                            hits.append(p)
-                if len(hits) > 1:
-                    return None  # not exactly once there, whatever follows
+            found = self._found(key)
+            if found is not None:
+                # Each matching message's unit, found by bisection on the units' first
+                # messages (units hold ascending, disjoint runs of indexes): the messages in no
+                # unit (the active turn, dropped exchanges, the other kind) are no hits.
+                hits = [p for i in found if (p := _unit_of(units, i)) is not None]
+            else:
+                matches = self._matching(key)
+                hits = []
+                for p, unit in enumerate(units):
+                    for atom in unit:
+                        for i in atom:
+                            if matches(i):
+                                hits.append(p)
+                    if len(hits) > 1:
+                        return None  # not exactly once there, whatever follows
             if len(hits) != 1:
                 return None
             if frontier.kind == "prefix":
@@ -548,7 +566,7 @@ class _Selector:
             target_tokens=self.limits.target_tokens,
             cut_state=cut_state,
             fallback_reason=reason,
-            evicted=tuple(i for i in self.normalized if i not in kept),
+            evicted=tuple(itertools.filterfalse(kept.__contains__, self.normalized)),
             dropped=self.dropped,
         )
 
@@ -619,6 +637,14 @@ def first_cut_target(limits: Limits, first_cut: float | None) -> float:
             f"The first-cut fraction {first_cut!r} is not a number in (0, 1].", 0, 0, 0,
         )
     return min(limits.target_tokens, max(1, math.floor(first_cut * limits.budget_tokens)))
+
+
+def _unit_of(units: Sequence[Sequence[Atom]], index: int) -> int | None:
+    """The position of the unit (a run of atoms) holding message ``index``, or None."""
+    position = bisect.bisect_right(units, index, key=lambda unit: unit[0][0]) - 1
+    if position < 0 or not any(index in atom for atom in units[position]):
+        return None
+    return position
 
 
 def _flat(atoms: Sequence[Atom]) -> tuple[int, ...]:

@@ -30,6 +30,8 @@ stored history identifies an evicted unit across calls (§5.9).
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -42,6 +44,7 @@ from context_paging.paging.messages import (  # the one set of Pi-message helper
 )
 
 Atom = tuple[int, ...]
+_FIRST = operator.itemgetter(0)
 FrontierKind = Literal["prefix", "completedTurn", "partialTurn"]
 REQUEST_ROLES = frozenset({"user", "custom"})
 
@@ -135,16 +138,25 @@ class Groups:
 
 
 def _request_starts(
-    messages: Sequence[Mapping[str, Any]], atoms: Sequence[Atom], outgoing: Sequence[bool]
+    messages: Sequence[Mapping[str, Any]], atoms: Sequence[Atom], outgoing: Sequence[bool],
+    roles: Sequence[Any] | None = None,
 ) -> list[int]:
-    """Atom positions that start a request (§5.5 step 1)."""
+    """Atom positions that start a request (§5.5 step 1). ``roles``: each message's
+    ``get("role")``, when the caller has them."""
+    firsts = list(map(_FIRST, atoms))
+    kinds = (list(map(roles.__getitem__, firsts)) if roles is not None
+             else [messages[first].get("role") for first in firsts])
+    if "custom" not in kinds and not any(outgoing):
+        # No custom request and nothing outgoing: every user message starts one (the loop
+        # below, in C: this is a pass over every atom of the conversation).
+        return list(itertools.compress(range(len(kinds)),
+                                       map(operator.eq, kinds, itertools.repeat("user"))))
     starts: list[int] = []
     follows_user = False
-    for position, atom in enumerate(atoms):
-        first = atom[0]
+    for position, first in enumerate(firsts):
         if outgoing[first]:
             continue
-        role = messages[first].get("role")  # role_of, inlined: a pass over every atom
+        role = kinds[position]
         if role == "user":
             starts.append(position)
             follows_user = True
@@ -196,10 +208,12 @@ def _active_turn(
 
 
 def group(
-    messages: Sequence[Mapping[str, Any]], atoms: Sequence[Atom], outgoing: Sequence[bool]
+    messages: Sequence[Mapping[str, Any]], atoms: Sequence[Atom], outgoing: Sequence[bool],
+    roles: Sequence[Any] | None = None,
 ) -> Groups:
-    """Split normalized atoms into prefix atoms, completed turns and the active turn (§5.5)."""
-    starts = _request_starts(messages, atoms, outgoing)
+    """Split normalized atoms into prefix atoms, completed turns and the active turn (§5.5).
+    ``roles``: each message's ``get("role")``, when the caller has them."""
+    starts = _request_starts(messages, atoms, outgoing, roles)
     if not starts:
         return Groups(tuple(atoms), (), None)
     turns = tuple(tuple(atoms[a:b]) for a, b in zip(starts, starts[1:], strict=False))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from context_paging.index import window as context
 from context_paging.index import window_distill
-from context_paging.index.ledger import Ledger
+from context_paging.index.ledger import Ledger, LedgerSession
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging import select
 from context_paging.paging.distill import DistillConfig, chunk, conversation, items, judge, plan
@@ -178,6 +178,14 @@ def full_computation():
         patch.setattr(plan, "with_facts", _facts_from_scratch)
         patch.setattr(plan, "_chunks", lambda text: tuple(chunk.chunk_output(text)))
         patch.setattr(window_distill, "view_keys", lambda request: None)
+        # The ledger walks every path and looks at every message of an append: no chain known.
+        append = LedgerSession.append
+
+        def append_walking(self, *args, **kwargs):
+            self._chain = []
+            return append(self, *args, **kwargs)
+
+        patch.setattr(LedgerSession, "append", append_walking)
         yield
 
 
@@ -274,6 +282,31 @@ def test_the_property_reaches_distillation_and_cut_advances(tmp_path):
     actions = {d.action for d in svc.ledger.session("s").decisions}
     assert {"remove", "keep"} <= actions
     assert len(set(frontiers) - {"null"}) >= 2
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2])
+def test_a_frontier_found_outside_the_completed_turns_answers_as_the_full_search(tmp_path,
+                                                                              extra):
+    """The frontier search finds a matching message's turn by bisection; a match that lies in
+    no completed turn (here the conversation goes back to the cut's own turn, which becomes
+    the active one, ``extra`` messages into it or past it) is no hit, as the full search has
+    it: both answer the same (the cut is not in the groups)."""
+    messages = [m for n in range(10) for m in turn(n, 120, PATHS[n % 2], True, False)]
+    messages.append({"role": "user", "content": "go on"})
+    fast = service(tmp_path / "fast", reference=False, budget=1_500)
+    full = service(tmp_path / "full", reference=True, budget=1_500)
+    got = json.loads(outcome(fast, messages=messages, fmt="pi"))
+    with full_computation():
+        assert json.dumps(got, sort_keys=True) == outcome(full, messages=messages, fmt="pi")
+    frontier = got[0]["frontier"]
+    assert frontier is not None and frontier["kind"] == "completedTurn"
+    path = fast.ledger.session("s").path_ids()
+    at = path.index(frontier["last_evicted"]["history_id"])
+    again = messages[: at + 1 + extra]
+    again += [{"role": "user", "content": "and now?"}] if extra == 2 else []
+    fast_again = outcome(fast, messages=again, fmt="pi")
+    with full_computation():
+        assert fast_again == outcome(full, messages=again, fmt="pi")
 
 
 @settings(max_examples=300, deadline=None)
@@ -578,3 +611,58 @@ def test_view_keys_without_followers_are_the_general_walks(fmt):
                      for i in followers.get(request.views.views[index].source, ()))
         general.append(None if None in more else (request.format, request.keys[index], more))
     assert window_distill.view_keys(request) == general and general
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    turns=st.lists(st.tuples(st.integers(0, 160), st.sampled_from(PATHS), st.booleans(),
+                             st.booleans()), min_size=3, max_size=12),
+    budget=st.integers(200, 4_000),
+    steps=st.lists(st.integers(1, 3), min_size=2, max_size=4),
+    least=st.sampled_from([1, 300, 2_000]),
+)
+def test_counting_ahead_on_the_helper_answers_as_the_full_computation(
+        tmp_path_factory, turns, budget, steps, least):
+    """The newest large views start counting on a helper thread when the request is read
+    (index.window_estimate ``prefetch``), forced on here at small sizes (``least``
+    characters): distilled views (another key) and views the call never counts included, the
+    replies and states are the full computation's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from context_paging.index import window_estimate
+
+    class Helper(ThreadPoolExecutor):
+        submitted = 0
+
+        def submit(self, *args, **kwargs):
+            Helper.submitted += 1
+            return super().submit(*args, **kwargs)
+
+    helper = Helper(1)
+    messages = [m for n, (lines, path, answer, failing) in enumerate(turns)
+                for m in turn(n, lines, path, answer, failing)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(context, "spare_core", lambda: True)
+        patch.setattr(window_estimate, "PREFETCH_CHARS", least)
+        patch.setattr(window_estimate, "_helper", lambda: helper)
+        fast = service(tmp_path_factory.mktemp("fast"), reference=False, budget=budget)
+        full = service(tmp_path_factory.mktemp("full"), reference=True, budget=budget)
+        upto, sent, last, whole = max(1, len(messages) - 4 * sum(steps)), 0, None, []
+        answered = 0
+        for grow in steps:
+            upto = min(len(messages), upto + 4 * grow)
+            new = messages[sent:upto] + [{"role": "user", "content": "go on"}]
+            whole += new
+            args = {"fmt": "pi", "system": "sys", "token_budget": budget}
+            after = {"after_id": last["last_message_id"]} if last else {}
+            got = outcome(fast, messages=new if last else whole, **args, **after)
+            with full_computation():
+                assert got == outcome(full, messages=whole, **args)
+            last, sent = json.loads(got)[0], upto
+            if "last_message_id" not in last:  # refused (a cut exchange): the shape ends here
+                break
+            answered += 1
+    helper.shutdown()
+    if least == 1 and answered:  # each answered call had new views: counts were started
+        assert Helper.submitted >= answered

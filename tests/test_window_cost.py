@@ -98,6 +98,42 @@ def test_window_proportional_counting_answers_as_the_full_computation(
         spare_time(fast, ahead)
 
 
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(0, 60), min_size=3, max_size=12),
+    aborted=st.lists(st.integers(0, 400), min_size=1, max_size=3),
+    budget=st.integers(150, 2_000),
+    ahead=st.one_of(st.none(), st.integers(0, 10)),
+)
+def test_views_past_the_reach_that_a_window_can_still_keep_are_counted(
+        tmp_path_factory, sizes, aborted, budget, ahead):
+    """Interrupted exchanges near the end are counted toward the reach but never sent, so the
+    window can keep views older than the counted ones (index.window_estimate leaves those
+    uncounted without looking them up): the call must still answer as the full computation,
+    on its first request and on later ones that find some of them counted ahead."""
+    messages = conversation(sizes, [True] * len(sizes))
+    for n, size in enumerate(aborted):  # large outputs of interrupted calls, then a new request
+        body = "\n".join(f"partial output {n}.{i} of an aborted call" for i in range(size))
+        messages += [
+            {"role": "user", "content": f"try again {n}"},
+            {"role": "assistant", "stopReason": "aborted", "content": [
+                {"type": "toolCall", "id": f"x{n}", "name": "read",
+                 "arguments": {"path": f"big{n}.py"}}]},
+            {"role": "toolResult", "toolCallId": f"x{n}", "toolName": "read", "isError": True,
+             "content": [{"type": "text", "text": body}]},
+        ]
+    messages.append({"role": "user", "content": "summarize"})
+    home = tmp_path_factory.mktemp("fast")
+    fast = service(home, reference=False, budget=budget)
+    for upto in (len(messages) - 1, len(messages)):
+        args = {"messages": messages[:upto], "fmt": "pi", "token_budget": budget}
+        copy = tmp_path_factory.mktemp("full")
+        shutil.copytree(home, copy, dirs_exist_ok=True)
+        assert outcome(fast, **args) == outcome(service(copy, True, budget), **args)
+        spare_time(fast, ahead)
+
+
 def spare_time(svc: ContextService, counts: int | None) -> None:
     """The idle step between calls: counting ahead until done (None), or stopped after
     ``counts`` views (as a request arriving stops it in the server)."""
@@ -122,6 +158,22 @@ def test_idle_counts_the_views_a_call_left_uncounted_and_stops_when_asked(tmp_pa
     full.select("s", messages, fmt="pi")
     assert svc.estimates.cache == full.estimates.cache
     assert not svc.idle(math.inf)  # nothing left to do
+
+
+def test_a_calls_previous_request_is_freed_in_spare_time(tmp_path):
+    """The request a call replaces is kept until ``idle`` (freeing it is not the call's work);
+    a host that never calls ``idle`` keeps only a few."""
+    messages = conversation([20] * 6, [True] * 6)
+    svc = service(tmp_path, False, 400)
+    first = svc.select("s", messages[:12], fmt="pi")
+    svc.select("s", messages[12:], fmt="pi", after_id=first["last_message_id"])
+    assert any(value is not None for value in svc._retired)
+    svc.idle(0.0)
+    assert svc._retired == []
+    for n in range(20):
+        svc.select("s", [{"role": "user", "content": f"more {n}"}], fmt="pi",
+                   after_id=svc.ledger.session("s").head)
+    assert len(svc._retired) <= 8
 
 
 def test_an_uncounted_message_never_reaches_the_window(tmp_path):
