@@ -177,12 +177,13 @@ class History:
         if proxied:
             return proxied
         cwd = os.getcwd()
-        files = sorted(
-            iter_session_files(self.catalog.roots),
-            key=lambda f: f.path.stat().st_mtime_ns,
-            reverse=True,
-        )
-        for found in files:
+        dated = []
+        for found in iter_session_files(self.catalog.roots):
+            try:  # a file deleted since the listing is no candidate (not a STORAGE_ERROR)
+                dated.append((found.path.stat().st_mtime_ns, found))
+            except OSError:
+                continue
+        for _, found in sorted(dated, key=lambda pair: pair[0], reverse=True):
             if not might_have_run_in(found, cwd, self.catalog.roots.get(found.source)):
                 continue
             try:

@@ -9,12 +9,16 @@ it lies in the home, its own ``realpath`` raised, and the new ``OSError`` reache
 ``STORAGE_ERROR`` blaming the home. Here the interleaving is made certain: every ``readlink`` of
 the session file finds the link just swapped for the inside file, and the link is put back
 before the next ``lstat``.
+
+The last test is a neighbour of the same kind: a session file that changes between a listing
+and a look at it is the session's problem, never a storage error.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -123,3 +127,33 @@ def test_a_path_that_cannot_be_resolved_is_placed_by_its_name(tmp_path, monkeypa
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(where))
         assert not isinstance(raised.value, SessionRefError)
         assert raised.value.filename == str(where)
+
+
+def test_a_session_file_deleted_after_listing_is_no_default_candidate(tmp_path, monkeypatch):
+    """Without a session, the newest file run in this directory is used; a file that vanished
+    between the listing and its stat is skipped (it was an OSError: a STORAGE_ERROR)."""
+    import context_paging.index.service as service_module
+    from context_paging.index.discovery import SessionFileRef
+    from context_paging.index.service import History
+
+    roots, home = agent_roots(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    folder = roots["claude"] / re.sub(r"[^A-Za-z0-9]", "-", str(work))  # Claude Code's naming
+    folder.mkdir()
+    lines = claude_lines("here", "insideword").replace('"cwd": "/work/c"', f'"cwd": "{work}"')
+    (folder / "here.jsonl").write_text(lines)
+    real_listing = service_module.iter_session_files
+
+    def listing(roots):
+        yield SessionFileRef("claude", "gone", folder / "gone.jsonl")  # deleted since listed
+        yield from real_listing(roots)
+
+    monkeypatch.setattr(service_module, "iter_session_files", listing)
+    monkeypatch.setattr(service_module, "last_proxied", lambda *args: None)
+    monkeypatch.chdir(work)
+    history = History(roots, home)
+    try:
+        assert history.resolve_default(None) == "claude:here"
+    finally:
+        history.close()
