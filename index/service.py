@@ -14,7 +14,7 @@ import re
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,12 +177,13 @@ class History:
         if proxied:
             return proxied
         cwd = os.getcwd()
-        files = sorted(
-            iter_session_files(self.catalog.roots),
-            key=lambda f: f.path.stat().st_mtime_ns,
-            reverse=True,
-        )
-        for found in files:
+        dated = []
+        for found in iter_session_files(self.catalog.roots):
+            try:  # a file deleted since the listing is no candidate (not a STORAGE_ERROR)
+                dated.append((found.path.stat().st_mtime_ns, found))
+            except OSError:
+                continue
+        for _, found in sorted(dated, key=lambda pair: pair[0], reverse=True):
             if not might_have_run_in(found, cwd, self.catalog.roots.get(found.source)):
                 continue
             try:
@@ -411,11 +412,28 @@ def _unreadable_session(ref: str, home: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        where = str(exc.filename or ref)
-        if os.path.realpath(where).startswith(os.path.realpath(home) + os.sep):
+        if _in_home(str(exc.filename or ref), home):
             raise
         reason = exc.strerror or str(exc)
         raise SessionRefError(f"cannot read session {ref!r}: {reason}") from None
+
+
+def _in_home(where: str, home: Path) -> bool:
+    """Whether a failing path lies under the home, links resolved where they can be.
+
+    Resolving can fail on the very race the caller is reporting: CPython's non-strict
+    ``realpath`` lstat()s a name and then readlink()s it, so a link swapped for a file in
+    between raises EINVAL (ENOENT if removed). That error must not escape the handler as a
+    storage error, so an unresolvable path is placed by its spelling instead.
+    """
+    homes = {os.path.abspath(home)}
+    with suppress(OSError):
+        homes.add(os.path.realpath(home))
+    try:
+        path = os.path.realpath(where)
+    except OSError:
+        path = os.path.abspath(where)
+    return any(path.startswith(h.rstrip(os.sep) + os.sep) for h in homes)
 
 
 CHILD_FROM_CHARS = 2_000_000  # a session this large is indexed by a child process
