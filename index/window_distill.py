@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,9 +37,11 @@ from context_paging.paging.distill.conversation import Read, content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
 from context_paging.paging.distill.plan import Plan, latest, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
+from context_paging.paging.distill.scan import Scan
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
+SCANS = 8  # sessions whose conversation structure is kept between passes
 # Remembered message reads: cleared when they hold more views or text than this (they keep the
 # texts alive, so the bound is on characters too: a few long conversations, not every one seen).
 READS = 200_000
@@ -93,6 +95,10 @@ class Distiller:
         # new ones are the same messages. The texts are the request's own strings.
         self._reads: dict[tuple[Any, ...], Read] = {}
         self._read_chars = 0
+        # Per ledger session, what the last pass read of its conversation's structure (run
+        # starts, counts, each run's calls and candidates …): extended by the next pass when
+        # that conversation starts with the same messages. Taken out while a pass uses it.
+        self._scans: OrderedDict[Any, Scan] = OrderedDict()
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
@@ -112,9 +118,21 @@ class Distiller:
             return self._plans[key]
         if prior is None:
             prior = changed(entries, decisions)
-        plan = plan_pass(applied(entries, prior), self.config, decisions,
-                         provider=provider, reach=reach,
-                         reads=None if keys is None else self.reads(entries, prior, keys))
+        shown = applied(entries, prior)
+        reads = scan = None
+        if keys is not None:
+            reads, named = self._read_all(entries, prior, keys)
+            scan = self._scans.pop(ledger.ref, None)
+            if None in named:  # a view not named by its content: nothing carried over
+                scan = None
+            else:
+                scan = Scan.of(scan, [m for _, m in shown], reads, named, self.config)
+        plan = plan_pass(shown, self.config, decisions, provider=provider, reach=reach,
+                         reads=reads, scan=scan)
+        if scan is not None:
+            self._scans[ledger.ref] = scan
+            while len(self._scans) > SCANS:
+                self._scans.popitem(last=False)
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
@@ -124,18 +142,30 @@ class Distiller:
               keys: Sequence[tuple[Any, ...] | None]) -> list[Read]:
         """The :class:`Read` of each of ``applied(entries, changes)``: a replaced message is
         read, an unchanged one looked up by its key (read once)."""
+        return self._read_all(entries, changes, keys)[0]
+
+    def _read_all(self, entries: Sequence[Entry], changes: Mapping[int, Any],
+                  keys: Sequence[tuple[Any, ...] | None]
+                  ) -> tuple[list[Read], list[Hashable | None]]:
+        """``reads``, and what names each read message's content for a :class:`Scan`: its key,
+        or for a replaced message its key with the replacement's read (None: not named)."""
         memo = self._reads
         if len(memo) > READS or self._read_chars > READ_CHARS:
             memo.clear()
             self._read_chars = 0
         reads = []
+        named: list[Hashable | None] = []
         for position, (_, message) in enumerate(entries):
+            key = keys[position]
             if position in changes:
                 shown = changes[position]
                 if shown is not None:  # None: left out with an omitted exchange
-                    reads.append(Read.of(shown))
+                    read = Read.of(shown)
+                    reads.append(read)
+                    named.append(None if key is None
+                                 else (key, read.text, read.images, read.chars))
                 continue
-            key = keys[position]
+            named.append(key)
             read = memo.get(key) if key is not None else None
             if read is None:
                 read = Read.of(message)
@@ -143,7 +173,7 @@ class Distiller:
                     memo[key] = read
                     self._read_chars += len(read.text)
             reads.append(read)
-        return reads
+        return reads, named
 
     def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
             reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
