@@ -126,12 +126,14 @@ def collect_sized(
     calls: Sequence[Call] | None = None,
     reads: Sequence[Read] | None = None,
     candidates: Sequence[Candidate] | None = None,
+    counted: dict[int, tuple[Candidate, str, OutputItem]] | None = None,
 ) -> tuple[list[OutputItem], list[OutputItem]]:
     """The large outputs (``collect_outputs`` from ``min_result_chars``, with ``reach``) and
     the small ones (``collect_small``) in one walk over the run: a pass asks for both, and the
     walk reads every output's text (from ``reads``, the messages' :class:`Read`, if given).
     ``candidates``: the run's outputs that pass the rules fixed by their content
-    (``paging.distill.scan.RunMemo``), when the caller kept them: then only those are read."""
+    (``paging.distill.scan.RunMemo``), when the caller kept them: then only those are read;
+    ``counted``: the items made of them before ``reach`` on an earlier pass, by position."""
     if calls is None:
         calls = calls_of(messages, start, end)
     large_floor, small_floor = config.min_result_chars, config.small_result_min_chars
@@ -140,10 +142,19 @@ def collect_sized(
     facts = _Facts(calls)
     large: list[OutputItem] = []
     small: list[OutputItem] = []
-    found = (_candidates(messages, start, end, config, floor, None, youngest, skip, calls, reads)
+    found = (((*found, None) for found in _candidates(messages, start, end, config, floor,
+                                                       None, youngest, skip, calls, reads))
              if candidates is None else _kept(messages, candidates, config, youngest, skip))
-    for i, call, tool, text, is_error in found:
+    for i, call, tool, text, is_error, candidate in found:
         if len(text) >= large_floor:
+            if i < reach and counted is not None:
+                # counted only: the same item as long as the kept candidate is the same one
+                kept = counted.get(i)
+                if kept is None or kept[0] is not candidate or kept[1] != tool:
+                    kept = counted[i] = (candidate, tool,
+                                         facts.item(i, call, tool, text, is_error, False))
+                large.append(kept[2])
+                continue
             large.append(facts.item(i, call, tool, text, is_error, i >= reach))
         else:  # small_floor <= len < large_floor; small outputs are always judged in full
             item = facts.item(i, call, tool, text, is_error, True)
@@ -203,13 +214,14 @@ def _kept(messages: Sequence[Message], candidates: Sequence[Candidate], config: 
     passes (``skip``, age) and those that read the tool's name (a view's name can come from
     elsewhere than its own content) are checked here."""
     excluded = {t.lower() for t in config.exclude_tools}
-    for i, call, text, is_error in candidates:
+    for candidate in candidates:
+        i, call, text, is_error = candidate
         if call.id in skip or (youngest is not None and call.turn > youngest):
             continue
         tool = messages[i].get("toolName") or call.name or "tool"
         if not isinstance(tool, str) or tool.lower() in excluded or is_recovery_tool(tool):
             continue
-        yield i, call, tool, text, is_error
+        yield i, call, tool, text, is_error, candidate
 
 
 class _Facts:

@@ -236,7 +236,7 @@ def _plan(
     # read once for both sizes of output
     calls = calls_of(messages, start, end, reads) if memo is None else memo.calls
     # both sizes of output in one walk over the run
-    kept = {} if memo is None else {"candidates": memo.candidates}
+    kept = {} if memo is None else {"candidates": memo.candidates, "counted": memo.counted}
     large, small = collect_sized(messages, start, end, config, youngest=youngest, skip=skip,
                                  reach=reach, calls=calls, reads=reads, **kept)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:

@@ -55,6 +55,8 @@ class RunMemo:
     # images, not an excluded error, at least the floor, not already a replacement); the tool
     # rules, ``skip`` and age are checked per pass.
     candidates: list[Candidate] = field(default_factory=list)
+    # Output items made of candidates before a pass's reach, by position (see collect_sized).
+    counted: dict[int, Any] = field(default_factory=dict)
 
     def cut(self, end: int) -> bool:
         """Forget what was read from position ``end`` on; False when what is kept named a
@@ -71,7 +73,7 @@ class RunMemo:
                 del self.result_ids[call_id]
         for kept in (self.steering, self.notes, self.candidates):
             while kept and kept[-1][0] >= end:
-                kept.pop()
+                self.counted.pop(kept.pop()[0], None)
         self.stop = min(self.stop, end)
         return not gone or not any(id(call) in gone for _, call, _, _ in self.candidates)
 
