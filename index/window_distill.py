@@ -35,12 +35,16 @@ from context_paging.paging.distill import (
 from context_paging.paging.distill.apply import applied, changed
 from context_paging.paging.distill.conversation import Read, content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
-from context_paging.paging.distill.plan import Plan, latest, plan_pass
+from context_paging.paging.distill.plan import Plan, latest, message_fingerprint, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.distill.scan import Scan
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
+# Remembered fingerprints of stored views (every edit in force checks the one of its message on
+# every call, and hashing a long output is the cost): cleared past this many.
+PRINTS = 200_000
+_prints: dict[tuple[Any, ...], str] = {}
 SCANS = 8  # sessions whose conversation structure is kept between passes
 # Remembered message reads: cleared when they hold more views or text than this (they keep the
 # texts alive, so the bound is on characters too: a few long conversations, not every one seen).
@@ -99,6 +103,7 @@ class Distiller:
         # starts, counts, each run's calls and candidates …): extended by the next pass when
         # that conversation starts with the same messages. Taken out while a pass uses it.
         self._scans: OrderedDict[Any, Scan] = OrderedDict()
+        self.keep_scans = True  # False: every pass walks the whole conversation (benches)
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
@@ -123,7 +128,7 @@ class Distiller:
         if keys is not None:
             reads, named = self._read_all(entries, prior, keys)
             scan = self._scans.pop(ledger.ref, None)
-            if None in named:  # a view not named by its content: nothing carried over
+            if None in named or not self.keep_scans:  # a view not named by its content
                 scan = None
             else:
                 scan = Scan.of(scan, [m for _, m in shown], reads, named, self.config)
@@ -183,11 +188,13 @@ class Distiller:
         if not self.config.enabled:
             return {}, [], set()
         entries = request.entries
-        changes = changed(entries, ledger.decisions)  # what the window already shows
+        keys = view_keys(request)
+        prints = fingerprints(entries, keys)
+        changes = changed(entries, ledger.decisions, prints)  # what the window already shows
         plan = None
         try:
             plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach),
-                             view_keys(request))
+                             keys)
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
             shown = applied(entries, changes) if new else []
             new = [self.measured(d, shown) for d in new]
@@ -198,7 +205,7 @@ class Distiller:
         deferred = {positions[p] for p in plan.deferred} if plan is not None else set()
         decisions = [*ledger.decisions, *new]
         if any(d.edits for d in new):
-            changes = changed(entries, decisions)
+            changes = changed(entries, decisions, prints)
         return shown_views(request, changes, decisions), new, deferred
 
     def measured(self, decision: Decision, entries: Sequence[Entry]) -> Decision:
@@ -216,7 +223,26 @@ def without(request: Request, decisions: Sequence[Decision],
     bytes or their own."""
     newest = latest(decisions)
     kept = [d for d in decisions if not (d.target in targets and newest.get(d.target) is d)]
-    return shown_views(request, changed(request.entries, kept), kept)
+    entries = request.entries
+    return shown_views(request, changed(entries, kept, fingerprints(entries, view_keys(request))),
+                       kept)
+
+
+def fingerprints(entries: Sequence[Entry],
+                 keys: Sequence[tuple[Any, ...] | None] | None) -> Callable[[int], str]:
+    """``message_fingerprint`` of the entry at a position, remembered by its view key (see
+    :func:`view_keys`: the key names the view's content, so the same key, the same bytes)."""
+    def of(position: int) -> str:
+        key = None if keys is None else keys[position]
+        found = None if key is None else _prints.get(key)
+        if found is None:
+            found = message_fingerprint(entries[position][1])
+            if key is not None:
+                if len(_prints) >= PRINTS:
+                    _prints.clear()
+                _prints[key] = found
+        return found
+    return of
 
 
 def shown_views(request: Request, changes: Mapping[int, Any],
