@@ -206,8 +206,10 @@ class Scan:
                     if call_id in memo.by_id:
                         # A repeated id: the full walk's lookup gives the last call, so the
                         # outputs already collected for this id now belong to this one.
-                        memo.candidates = [(k, call if c.id == call_id else c, text, error)
-                                           for k, c, text, error in memo.candidates]
+                        # (the others stay the very same tuples: see collect_sized's counted)
+                        memo.candidates = [(k, call, text, error) if c.id == call_id else kept
+                                           for kept in memo.candidates
+                                           for k, c, text, error in (kept,)]
                     elif call_id in memo.result_ids:
                         return False
                     memo.calls.append(call)
