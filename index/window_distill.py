@@ -196,7 +196,9 @@ class Distiller:
             plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach),
                              keys)
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
-            shown = applied(entries, changes) if new else []
+            # what the new edits are measured against (measured reads it for edits only)
+            shown = (applied(entries, changes)
+                     if self.count_text is not None and any(d.edits for d in new) else [])
             new = [self.measured(d, shown) for d in new]
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)

@@ -72,6 +72,8 @@ def apply(entries: Sequence[Entry], decisions: Iterable[Decision]) -> list[Entry
 
 def applied(entries: Sequence[Entry], changes: Mapping[int, Message | None]) -> list[Entry]:
     """``entries`` with the result of :func:`changed` put in (for a caller that needs both)."""
+    if not changes:
+        return list(entries)
     return [
         entry if i not in changes else (entry[0], changes[i])
         for i, entry in enumerate(entries)
