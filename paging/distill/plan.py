@@ -29,7 +29,7 @@ and read/write anchors are Pi's and have no counterpart here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from context_paging.paging.distill.chunk import Chunk, chunk_output, segment_chars, segment_chunks
@@ -265,7 +265,9 @@ def _plan(
     texts = (assistant_texts(messages, start, end, reads) if memo is None
              else [text for _, text in memo.notes])
     earlier = _history(messages, start, config.history_exchanges, starts,
-                       None if scan is None else scan.summaries)
+                       None if scan is None else scan.summaries,
+                       None if scan is None or reads is None
+                       else lambda a, b: scan.run(messages, reads, a, b))
     if phase == "run-end":
         question = Question(_question(messages, start, end, memo),
                             answer=texts[-1] if texts else "",
@@ -327,23 +329,28 @@ def _question(messages: Sequence[Message], start: int, end: int, memo: RunMemo |
 
 
 def _history(messages: list[Message], start: int, count: int, runs: Sequence[int],
-             summarized: Sequence[int] | None = None) -> dict:
+             summarized: Sequence[int] | None = None,
+             memo_of: Callable[[int, int], RunMemo | None] | None = None) -> dict:
     """Earlier conversation for the judges: the last ``count`` exchanges before the run, the
     first request and the latest compaction summary (``count`` 0 sends none of them);
     ``runs`` are the conversation's ``run_starts``, ``summarized`` the positions of its
-    compaction summaries when the caller has them."""
+    compaction summaries and ``memo_of`` the kept runs (``Scan.run``) when the caller has
+    them."""
     if count <= 0:
         return {}
     starts = [i for i in runs if i < start]
     bounds = [*starts, start]
     recent = []
     for a, b in list(zip(bounds, bounds[1:], strict=False))[-count:]:
-        answers = assistant_texts(messages, a, b)
-        recent.append((clip(question_of(messages, a, b), 800),
+        memo = None if memo_of is None else memo_of(a, b)
+        answers = (assistant_texts(messages, a, b) if memo is None
+                   else [text for _, text in memo.notes])
+        recent.append((clip(_question(messages, a, b, memo), 800),
                        clip(answers[-1], 1_200) if answers else ""))
-    first = clip(question_of(messages, starts[0], bounds[1]), 1_000) if starts else ""
-    if len(starts) <= count:
-        first = ""
+    first = ""
+    if len(starts) > count:
+        first = clip(_question(messages, starts[0], bounds[1], None if memo_of is None
+                               else memo_of(starts[0], bounds[1])), 1_000)
     summaries = ([str(m.get("summary", "")) for m in messages[:start]
                   if role(m) == "compactionSummary"] if summarized is None
                  else [str(messages[i].get("summary", "")) for i in summarized if i < start])
