@@ -156,7 +156,7 @@ class Evidence:
 
     def found_in(self, chunk: Chunk, flat: str) -> bool:
         text = chunk.text
-        if any(q in text or " ".join(q.split()) in flat for q in self.quoted):
+        if any(q in text or spaced in flat for q, spaced in _spaced(self.quoted)):
             return True
         if self.paths:
             # A whole-name match is a substring first: most chunks name none of the paths, and
@@ -173,6 +173,13 @@ class Evidence:
 
 
 _RUN = re.compile(r"[\w$]+")
+
+
+@functools.lru_cache(maxsize=256)
+def _spaced(quoted: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """Each quoted line with its whitespace runs made single spaces (what ``found_in`` also
+    looks for in the chunk's flattened text): worked out once per work, not once per chunk."""
+    return tuple((q, " ".join(q.split())) for q in quoted)
 
 
 @functools.lru_cache(maxsize=256)
@@ -255,7 +262,8 @@ class LocalJudge:
             return 1.0
         if superseded:
             return 0.0
-        if work.final.found_in(chunk, flat):
+        # at a checkpoint the decisive evidence is the final one: asked above already
+        if work.final is not work.decisive and work.final.found_in(chunk, flat):
             return 1.0
         if work.task.found_in(chunk, flat):
             return 0.9
