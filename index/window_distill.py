@@ -51,6 +51,7 @@ SCANS = 8  # sessions whose conversation structure is kept between passes
 READS = 200_000
 READ_CHARS = 64_000_000
 log = logging.getLogger("context_paging")
+_LEFT_OUT = object()  # _read_all: an entry left out with an omitted exchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,27 +159,33 @@ class Distiller:
         if len(memo) > READS or self._read_chars > READ_CHARS:
             memo.clear()
             self._read_chars = 0
-        reads = []
-        named: list[Hashable | None] = []
-        for position, (_, message) in enumerate(entries):
-            key = keys[position]
-            if position in changes:
-                shown = changes[position]
-                if shown is not None:  # None: left out with an omitted exchange
-                    read = Read.of(shown)
-                    reads.append(read)
-                    named.append(None if key is None
-                                 else (key, read.text, read.images, read.chars))
+        # Every remembered read in one pass in C (a key of None finds nothing: none is stored
+        # under None); then the replaced messages, and the few read for the first time.
+        found: list[Any] = list(map(memo.get, keys))
+        named: list[Hashable | None] = list(keys)
+        for position, shown in changes.items():
+            if shown is None:  # left out with an omitted exchange
+                found[position] = _LEFT_OUT
                 continue
-            named.append(key)
-            read = memo.get(key) if key is not None else None
-            if read is None:
-                read = Read.of(message)
+            read = Read.of(shown)
+            found[position] = read
+            key = keys[position]
+            named[position] = None if key is None else (key, read.text, read.images, read.chars)
+        try:
+            position = found.index(None)
+            while True:
+                read = found[position] = Read.of(entries[position][1])
+                key = keys[position]
                 if key is not None:
                     memo[key] = read
                     self._read_chars += len(read.text)
-            reads.append(read)
-        return reads, named
+                position = found.index(None, position + 1)
+        except ValueError:  # no more unread messages
+            pass
+        if any(shown is None for shown in changes.values()):
+            named = [n for n, read in zip(named, found, strict=True) if read is not _LEFT_OUT]
+            found = [read for read in found if read is not _LEFT_OUT]
+        return found, named
 
     def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
             reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:

@@ -17,6 +17,8 @@ from dataclasses import replace
 
 import pytest
 from context_paging.index import window_distill
+from context_paging.index.ledger import Ledger
+from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import items, plan
 from context_paging.paging.distill.apply import applied, changed
 from context_paging.paging.distill.config import DistillConfig
@@ -33,7 +35,8 @@ from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_select_cost import DISTILL, PATHS, full_computation, service, turn
+from tests.test_select_cost import DISTILL, PATHS, full_computation, service, turn, words
+from tests.test_window_cost import outcome
 
 # A small output: between DISTILL's small floor (200) and its large floor (1,500) characters.
 SMALL = {"role": "toolResult", "toolName": "bash", "isError": False,
@@ -299,3 +302,49 @@ def test_a_kept_scan_reads_again_the_exchanges_a_changed_message_is_in():
     got = plan.plan_pass(entries, SCAN_EAGER, reads=reads, scan=scan)
     assert got == plan.plan_pass(entries, SCAN_EAGER)
     assert got.exchanges[1].answer == "a different answer on this branch"
+
+
+def test_calls_with_exchanges_left_out_answer_as_the_full_computation(tmp_path):
+    """Old exchanges the judge leaves out are in force on later calls: their entries are
+    dropped from what a pass reads (and from the scan's keys), every call answering as the
+    full computation does, whole conversation or after the last id."""
+    config = replace(DISTILL, exchange_break_even=False, keep_recent_exchanges=0,
+                     exchange_min_saving_chars=100)
+    topics = ["parser", "cache", "network", "render", "storage", "queue", "logger", "metrics"]
+
+    def exchange(n: int) -> list[dict]:
+        """A request, a read and an answer sharing no word with any other exchange's."""
+        name = f"{topics[n % len(topics)]}{n}"
+        return [
+            {"role": "user", "content": f"see {name}"},
+            {"role": "assistant", "stopReason": "toolUse", "content": [
+                {"type": "toolCall", "id": f"e{n}", "name": "read",
+                 "arguments": {"path": f"src/{name}.py"}}]},
+            {"role": "toolResult", "toolCallId": f"e{n}", "toolName": "read", "isError": False,
+             "content": [{"type": "text", "text": "\n".join(
+                 f"{name} {k}: v{k} = {k * n}" for k in range(120))}]},
+            {"role": "assistant", "stopReason": "stop",
+             "content": [{"type": "text", "text": f"{name} ok"}]},
+        ]
+
+    def make(home):
+        return ContextService(Ledger(home), ContextSettings(token_budget=3_000, distill=config),
+                              words)
+
+    fast, full = make(tmp_path / "fast"), make(tmp_path / "full")
+    full.reference = True
+    messages: list[dict] = []
+    last = None
+    for n in range(8):
+        new = exchange(n) + [{"role": "user", "content": f"now something else entirely {n}"}]
+        messages = [*messages, *new]  # the last request stays (as after_id must keep it)
+        args = {"fmt": "pi", "system": "sys", "token_budget": 3_000}
+        if last is None or n % 2:
+            got = outcome(fast, messages=messages, **args)
+        else:
+            got = outcome(fast, messages=new, after_id=last["last_message_id"], **args)
+        with full_computation():
+            assert got == outcome(full, messages=messages, **args)
+        last = json.loads(got)[0]
+    omitted = [d for d in fast.ledger.session("s").decisions if d.action == "omit_exchange"]
+    assert len(omitted) >= 2
