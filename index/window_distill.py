@@ -171,15 +171,18 @@ class Distiller:
             found[position] = read
             key = keys[position]
             named[position] = None if key is None else (key, read.text, read.images, read.chars)
+        # Searched by identity, in C: list.index on the reads themselves would call each
+        # Read's __eq__ in Python.
+        unread, identities = id(None), list(map(id, found))
         try:
-            position = found.index(None)
+            position = identities.index(unread)
             while True:
                 read = found[position] = Read.of(entries[position][1])
                 key = keys[position]
                 if key is not None:
                     memo[key] = read
                     self._read_chars += len(read.text)
-                position = found.index(None, position + 1)
+                position = identities.index(unread, position + 1)
         except ValueError:  # no more unread messages
             pass
         if any(shown is None for shown in changes.values()):
