@@ -30,6 +30,8 @@ from typing import Protocol
 
 from context_paging.paging.distill.chunk import KNOWN_EXTENSION, Chunk
 from context_paging.paging.distill.model import JudgeContext, Question
+from context_paging.paging.distill.names import path_pattern as _path_pattern
+from context_paging.paging.distill.names import path_regex as _path_regex  # noqa: F401
 from context_paging.paging.distill.render import clip
 
 
@@ -180,59 +182,6 @@ def _spaced(quoted: frozenset[str]) -> tuple[tuple[str, str], ...]:
     """Each quoted line with its whitespace runs made single spaces (what ``found_in`` also
     looks for in the chunk's flattened text): worked out once per work, not once per chunk."""
     return tuple((q, " ".join(q.split())) for q in quoted)
-
-
-def _path_names(paths: frozenset[str]) -> tuple[str, ...]:
-    """Every path and its basename (when ≥ 4 chars), longest first."""
-    names = set(paths) | {p.rsplit("/", 1)[-1] for p in paths
-                          if len(p.rsplit("/", 1)[-1]) >= 4}
-    return tuple(sorted(names, key=lambda n: (-len(n), n)))
-
-
-def _path_regex(paths: frozenset[str]) -> re.Pattern[str]:
-    """The search :class:`_WholeNames` makes without a regex (kept as its reference: the
-    tests compare the two): each name whole, no word char, ``.`` or ``-`` before it, no word
-    char or ``-`` after it."""
-    alternatives = "|".join(re.escape(n) for n in _path_names(paths))
-    return re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])")
-
-
-class _WholeNames:
-    """``_path_regex(paths).search``, by finding each name and looking at the characters on
-    either side (``\\w`` is ``str.isalnum()`` or ``_``, as in ``re``): the pattern cost a
-    compile of a new alternation for every output's work, most of a judge call's time."""
-
-    __slots__ = ("names",)
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = names
-
-    def search(self, text: str) -> bool:
-        end_of_text = len(text)
-        for name in self.names:
-            at = text.find(name)
-            while at >= 0:
-                end = at + len(name)
-                before = text[at - 1] if at else ""
-                after = text[end] if end < end_of_text else ""
-                if not (before and (before.isalnum() or before in "_.-")) and not (
-                        after and (after.isalnum() or after in "_-")):
-                    return True
-                at = text.find(name, at + 1)
-        return False
-
-
-@functools.lru_cache(maxsize=256)
-def _path_pattern(paths: frozenset[str]) -> tuple[_WholeNames, tuple[str, ...]]:
-    """One search for every path and its basename (when ≥ 4 chars), each as a whole name: no
-    word char, ``.`` or ``-`` before it, no word char or ``-`` after it; and the names a match
-    must contain."""
-    ordered = _path_names(paths)
-    names = set(ordered)
-    # For the substring pre-test, a name that contains another name adds nothing (a path
-    # contains its basename): only the minimal ones are tested.
-    minimal = tuple(n for n in ordered if not any(m != n and m in n for m in names))
-    return _WholeNames(ordered), minimal
 
 
 @functools.lru_cache(maxsize=4096)
