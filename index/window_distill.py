@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,16 +35,23 @@ from context_paging.paging.distill import (
 from context_paging.paging.distill.apply import applied, changed
 from context_paging.paging.distill.conversation import Read, content_chars
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
-from context_paging.paging.distill.plan import Plan, latest, plan_pass
+from context_paging.paging.distill.plan import Plan, latest, message_fingerprint, plan_pass
 from context_paging.paging.distill.render import exchange_recall, output_recall
+from context_paging.paging.distill.scan import Scan
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
+# Remembered fingerprints of stored views (every edit in force checks the one of its message on
+# every call, and hashing a long output is the cost): cleared past this many.
+PRINTS = 200_000
+_prints: dict[tuple[Any, ...], str] = {}
+SCANS = 8  # sessions whose conversation structure is kept between passes
 # Remembered message reads: cleared when they hold more views or text than this (they keep the
 # texts alive, so the bound is on characters too: a few long conversations, not every one seen).
 READS = 200_000
 READ_CHARS = 64_000_000
 log = logging.getLogger("context_paging")
+_LEFT_OUT = object()  # _read_all: an entry left out with an omitted exchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,11 @@ class Distiller:
         # new ones are the same messages. The texts are the request's own strings.
         self._reads: dict[tuple[Any, ...], Read] = {}
         self._read_chars = 0
+        # Per ledger session, what the last pass read of its conversation's structure (run
+        # starts, counts, each run's calls and candidates …): extended by the next pass when
+        # that conversation starts with the same messages. Taken out while a pass uses it.
+        self._scans: OrderedDict[Any, Scan] = OrderedDict()
+        self.keep_scans = True  # False: every pass walks the whole conversation (benches)
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
@@ -112,9 +124,21 @@ class Distiller:
             return self._plans[key]
         if prior is None:
             prior = changed(entries, decisions)
-        plan = plan_pass(applied(entries, prior), self.config, decisions,
-                         provider=provider, reach=reach,
-                         reads=None if keys is None else self.reads(entries, prior, keys))
+        shown = applied(entries, prior)
+        reads = scan = None
+        if keys is not None:
+            reads, named = self._read_all(entries, prior, keys)
+            scan = self._scans.pop(ledger.ref, None)
+            if None in named or not self.keep_scans:  # a view not named by its content
+                scan = None
+            else:
+                scan = Scan.of(scan, [m for _, m in shown], reads, named, self.config)
+        plan = plan_pass(shown, self.config, decisions, provider=provider, reach=reach,
+                         reads=reads, scan=scan)
+        if scan is not None:
+            self._scans[ledger.ref] = scan
+            while len(self._scans) > SCANS:
+                self._scans.popitem(last=False)
         self._plans[key] = plan
         while len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
@@ -124,26 +148,47 @@ class Distiller:
               keys: Sequence[tuple[Any, ...] | None]) -> list[Read]:
         """The :class:`Read` of each of ``applied(entries, changes)``: a replaced message is
         read, an unchanged one looked up by its key (read once)."""
+        return self._read_all(entries, changes, keys)[0]
+
+    def _read_all(self, entries: Sequence[Entry], changes: Mapping[int, Any],
+                  keys: Sequence[tuple[Any, ...] | None]
+                  ) -> tuple[list[Read], list[Hashable | None]]:
+        """``reads``, and what names each read message's content for a :class:`Scan`: its key,
+        or for a replaced message its key with the replacement's read (None: not named)."""
         memo = self._reads
         if len(memo) > READS or self._read_chars > READ_CHARS:
             memo.clear()
             self._read_chars = 0
-        reads = []
-        for position, (_, message) in enumerate(entries):
-            if position in changes:
-                shown = changes[position]
-                if shown is not None:  # None: left out with an omitted exchange
-                    reads.append(Read.of(shown))
+        # Every remembered read in one pass in C (a key of None finds nothing: none is stored
+        # under None); then the replaced messages, and the few read for the first time.
+        found: list[Any] = list(map(memo.get, keys))
+        named: list[Hashable | None] = list(keys)
+        for position, shown in changes.items():
+            if shown is None:  # left out with an omitted exchange
+                found[position] = _LEFT_OUT
                 continue
+            read = Read.of(shown)
+            found[position] = read
             key = keys[position]
-            read = memo.get(key) if key is not None else None
-            if read is None:
-                read = Read.of(message)
+            named[position] = None if key is None else (key, read.text, read.images, read.chars)
+        # Searched by identity, in C: list.index on the reads themselves would call each
+        # Read's __eq__ in Python.
+        unread, identities = id(None), list(map(id, found))
+        try:
+            position = identities.index(unread)
+            while True:
+                read = found[position] = Read.of(entries[position][1])
+                key = keys[position]
                 if key is not None:
                     memo[key] = read
                     self._read_chars += len(read.text)
-            reads.append(read)
-        return reads
+                position = identities.index(unread, position + 1)
+        except ValueError:  # no more unread messages
+            pass
+        if any(shown is None for shown in changes.values()):
+            named = [n for n, read in zip(named, found, strict=True) if read is not _LEFT_OUT]
+            found = [read for read in found if read is not _LEFT_OUT]
+        return found, named
 
     def run(self, ledger: LedgerSession, request: Request, judge: Judge, provider: str | None,
             reach: float | None = None) -> tuple[dict[int, Distilled], list[Decision], set[int]]:
@@ -153,13 +198,17 @@ class Distiller:
         if not self.config.enabled:
             return {}, [], set()
         entries = request.entries
-        changes = changed(entries, ledger.decisions)  # what the window already shows
+        keys = view_keys(request)
+        prints = fingerprints(entries, keys)
+        changes = changed(entries, ledger.decisions, prints)  # what the window already shows
         plan = None
         try:
             plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach),
-                             view_keys(request))
+                             keys)
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
-            shown = applied(entries, changes) if new else []
+            # what the new edits are measured against (measured reads it for edits only)
+            shown = (applied(entries, changes)
+                     if self.count_text is not None and any(d.edits for d in new) else [])
             new = [self.measured(d, shown) for d in new]
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
@@ -168,7 +217,7 @@ class Distiller:
         deferred = {positions[p] for p in plan.deferred} if plan is not None else set()
         decisions = [*ledger.decisions, *new]
         if any(d.edits for d in new):
-            changes = changed(entries, decisions)
+            changes = changed(entries, decisions, prints)
         return shown_views(request, changes, decisions), new, deferred
 
     def measured(self, decision: Decision, entries: Sequence[Entry]) -> Decision:
@@ -186,7 +235,26 @@ def without(request: Request, decisions: Sequence[Decision],
     bytes or their own."""
     newest = latest(decisions)
     kept = [d for d in decisions if not (d.target in targets and newest.get(d.target) is d)]
-    return shown_views(request, changed(request.entries, kept), kept)
+    entries = request.entries
+    return shown_views(request, changed(entries, kept, fingerprints(entries, view_keys(request))),
+                       kept)
+
+
+def fingerprints(entries: Sequence[Entry],
+                 keys: Sequence[tuple[Any, ...] | None] | None) -> Callable[[int], str]:
+    """``message_fingerprint`` of the entry at a position, remembered by its view key (see
+    :func:`view_keys`: the key names the view's content, so the same key, the same bytes)."""
+    def of(position: int) -> str:
+        key = None if keys is None else keys[position]
+        found = None if key is None else _prints.get(key)
+        if found is None:
+            found = message_fingerprint(entries[position][1])
+            if key is not None:
+                if len(_prints) >= PRINTS:
+                    _prints.clear()
+                _prints[key] = found
+        return found
+    return of
 
 
 def shown_views(request: Request, changes: Mapping[int, Any],

@@ -148,3 +148,18 @@ def test_at_run_end_only_the_answer_or_next_request_keeps_an_out_of_date_output(
     checkpoint = Question("Fix it", latest_note="`load_config` reads the path.")
     assert LocalJudge().judge(checkpoint, chunks, judge_context(phase="mid-run",
                                                            superseded=("newer",))) == {0: 1.0}
+
+
+def test_a_quoted_line_counts_with_its_spacing_evened_out_and_once_at_a_checkpoint():
+    """A line the notes quote (a fenced block) is found in a chunk that spaces it otherwise,
+    as in a column-aligned log; at a checkpoint the final evidence is the decisive one, asked
+    once, and a chunk that does not hold it gets no 1.0 from it."""
+    chunks = [Chunk(0, 1, 3, "total   =   sum(weights)  # aligned\nnext line"),
+              Chunk(1, 3, 5, "nothing of the sort here\nat all")]
+    notes = "I changed it:\n```\ntotal = sum(weights)  # aligned\n```\n"
+    for phase in ("mid-run", "run-end"):
+        context = judge_context(kind="output", phase=phase)
+        question = (Question("fix the sum", latest_note=notes) if phase == "mid-run"
+                    else Question("fix the sum", answer=notes))
+        scores = LocalJudge().judge(question, chunks, context)
+        assert scores is not None and scores[0] == 1.0 and scores[1] < 1.0

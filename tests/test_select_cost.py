@@ -27,7 +27,7 @@ from context_paging.paging.distill.chunk import Chunk
 from context_paging.paging.distill.model import JudgeContext, Question
 from context_paging.paging.limits import ContextSelectionError
 from context_paging.paging.units import normalize
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_window_cost import outcome
@@ -160,8 +160,8 @@ def full_computation():
         patch.setattr(select._Selector, "apply", _apply_everywhere)
         failure = judge._FAILURE
         patch.setattr(judge, "_failure_in", lambda text: failure.search(text) is not None)
-        pattern = judge._path_pattern  # "" is in every text: the pattern always runs
-        patch.setattr(judge, "_path_pattern", lambda paths: (pattern(paths)[0], ("",)))
+        # "" is in every text: the pattern always runs, as a regex
+        patch.setattr(judge, "_path_pattern", lambda paths: (judge._path_regex(paths), ("",)))
         patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
         # Work texts read whole, as one text, uncached.
         patch.setattr(judge, "_text_evidence", judge.Evidence.of_text)
@@ -324,14 +324,19 @@ names = st.sampled_from(["src/a.py", "a.py", "lib/src/a.py", "b-a.py", "a.pyc", 
 
 @settings(max_examples=300, deadline=None)
 @given(st.frozensets(names, min_size=1, max_size=4),
-       st.lists(names | st.sampled_from([" ", "\n", ".", "-", "/", ":", "$", "_", "é", "x"]),
+       st.lists(names | st.sampled_from([" ", "\n", ".", "-", "/", ":", "$", "_", "é", "x",
+                                         "7", "\u0663", "\u00b7", "\u0301"]),
                 max_size=10))
+@example(frozenset({"a.py"}), [".", "a.py"])  # a name after "." or before "-" is not whole
+@example(frozenset({"a.py"}), ["a.py", "-"])
+@example(frozenset({"a.py"}), ["\u0663", "a.py", " ", "a.py"])  # a later occurrence is
 def test_the_path_pre_test_agrees_with_the_pattern(paths, parts):
     text = "".join(parts)
     evidence = judge.Evidence(frozenset(), paths, frozenset())
     chunk = Chunk(0, 0, 1, text)
-    pattern, _ = judge._path_pattern(paths)
+    pattern = judge._path_regex(paths)
     assert evidence.found_in(chunk, text) == (pattern.search(text) is not None)
+    assert judge._path_pattern(paths)[0].search(text) == (pattern.search(text) is not None)
 
 
 def test_a_passed_normalization_is_the_one_the_selector_computes():

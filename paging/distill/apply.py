@@ -26,7 +26,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from context_paging.paging.distill.conversation import (
@@ -72,6 +72,8 @@ def apply(entries: Sequence[Entry], decisions: Iterable[Decision]) -> list[Entry
 
 def applied(entries: Sequence[Entry], changes: Mapping[int, Message | None]) -> list[Entry]:
     """``entries`` with the result of :func:`changed` put in (for a caller that needs both)."""
+    if not changes:
+        return list(entries)
     return [
         entry if i not in changes else (entry[0], changes[i])
         for i, entry in enumerate(entries)
@@ -79,22 +81,28 @@ def applied(entries: Sequence[Entry], changes: Mapping[int, Message | None]) -> 
     ]
 
 
-def changed(entries: Sequence[Entry], decisions: Iterable[Decision]) -> dict[int, Message | None]:
+def changed(entries: Sequence[Entry], decisions: Iterable[Decision],
+            prints: Callable[[int], str] | None = None) -> dict[int, Message | None]:
     """What :func:`apply` changes, by entry position: the new message, or None when the entry
-    is left out (an omitted exchange). Positions not in the result stay as they are."""
+    is left out (an omitted exchange). Positions not in the result stay as they are.
+    ``prints``: the ``message_fingerprint`` of the entry at a position, from a caller that
+    remembers them (every edit in force checks its message's fingerprint on every call)."""
     in_force = [d for d in latest(decisions).values() if d.edits]
     if not in_force:
         return {}
+    if prints is None:
+        def prints(i: int) -> str:
+            return message_fingerprint(entries[i][1])
     index = _Index.of(entries)
     replaced: dict[int, Message] = {}
     dropped: set[int] = set()
     for decision in in_force:
         if decision.action == "omit_exchange":
-            _omit(entries, index, decision, replaced, dropped)
+            _omit(entries, index, decision, replaced, dropped, prints)
             continue
         for i in index.results.get(decision.target, []):
             message = entries[i][1]
-            if message_fingerprint(message) != decision.original:
+            if prints(i) != decision.original:
                 continue
             text = {"type": "text", "text": decision.replacement}
             if decision.action == "drop_image":
@@ -111,10 +119,10 @@ def _with_content(message: Message, content: list) -> dict:
 
 def _omit(
     entries: Sequence[Entry], index: _Index, decision: Decision,
-    replaced: dict[int, Message], dropped: set[int],
+    replaced: dict[int, Message], dropped: set[int], prints: Callable[[int], str],
 ) -> None:
     matching = [i for i in index.prompts.get(decision.target, [])
-                if message_fingerprint(entries[i][1]) == decision.original]
+                if prints(i) == decision.original]
     if len(matching) != 1:
         return  # changed since, already applied, or ambiguous: leave the exchange whole
     prompt = matching[0]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -51,6 +51,7 @@ from context_paging.paging.distill.render import (
     small_stub,
     tool_label,
 )
+from context_paging.paging.distill.scan import Candidate, Scan
 
 EXCHANGE_MIN_CHARS = 2_000
 SMALL_ITEM_OUTPUT_CHARS = 4_000
@@ -124,10 +125,15 @@ def collect_sized(
     reach: int = 0,
     calls: Sequence[Call] | None = None,
     reads: Sequence[Read] | None = None,
+    candidates: Sequence[Candidate] | None = None,
+    counted: dict[int, tuple[Candidate, str, OutputItem]] | None = None,
 ) -> tuple[list[OutputItem], list[OutputItem]]:
     """The large outputs (``collect_outputs`` from ``min_result_chars``, with ``reach``) and
     the small ones (``collect_small``) in one walk over the run: a pass asks for both, and the
-    walk reads every output's text (from ``reads``, the messages' :class:`Read`, if given)."""
+    walk reads every output's text (from ``reads``, the messages' :class:`Read`, if given).
+    ``candidates``: the run's outputs that pass the rules fixed by their content
+    (``paging.distill.scan.RunMemo``), when the caller kept them: then only those are read;
+    ``counted``: the items made of them before ``reach`` on an earlier pass, by position."""
     if calls is None:
         calls = calls_of(messages, start, end)
     large_floor, small_floor = config.min_result_chars, config.small_result_min_chars
@@ -136,9 +142,19 @@ def collect_sized(
     facts = _Facts(calls)
     large: list[OutputItem] = []
     small: list[OutputItem] = []
-    for i, call, tool, text, is_error in _candidates(messages, start, end, config, floor, None,
-                                                     youngest, skip, calls, reads):
+    found = (((*found, None) for found in _candidates(messages, start, end, config, floor,
+                                                       None, youngest, skip, calls, reads))
+             if candidates is None else _kept(messages, candidates, config, youngest, skip))
+    for i, call, tool, text, is_error, candidate in found:
         if len(text) >= large_floor:
+            if i < reach and counted is not None:
+                # counted only: the same item as long as the kept candidate is the same one
+                kept = counted.get(i)
+                if kept is None or kept[0] is not candidate or kept[1] != tool:
+                    kept = counted[i] = (candidate, tool,
+                                         facts.item(i, call, tool, text, is_error, False))
+                large.append(kept[2])
+                continue
             large.append(facts.item(i, call, tool, text, is_error, i >= reach))
         else:  # small_floor <= len < large_floor; small outputs are always judged in full
             item = facts.item(i, call, tool, text, is_error, True)
@@ -190,6 +206,22 @@ def _candidates(
         ):
             continue
         yield i, call, tool, text, is_error
+
+
+def _kept(messages: Sequence[Message], candidates: Sequence[Candidate], config: DistillConfig,
+          youngest: int | None, skip: Container[str]):
+    """``_candidates`` of a run from its kept candidates: the rules that can change between
+    passes (``skip``, age) and those that read the tool's name (a view's name can come from
+    elsewhere than its own content) are checked here."""
+    excluded = {t.lower() for t in config.exclude_tools}
+    for candidate in candidates:
+        i, call, text, is_error = candidate
+        if call.id in skip or (youngest is not None and call.turn > youngest):
+            continue
+        tool = messages[i].get("toolName") or call.name or "tool"
+        if not isinstance(tool, str) or tool.lower() in excluded or is_recovery_tool(tool):
+            continue
+        yield i, call, tool, text, is_error, candidate
 
 
 class _Facts:
@@ -269,6 +301,7 @@ def collect_exchanges(
     skip: Container[str] = frozenset(),
     starts: Sequence[int] | None = None,
     sizes: Sequence[int] | None = None,
+    memo: dict[tuple[int, int], Exchange | None] | None = None,
 ) -> list[Exchange]:
     """Earlier, finished exchanges before ``run_start``, without the last ``keep_recent``.
 
@@ -277,7 +310,9 @@ def collect_exchanges(
     message; a last assistant message with tool calls (unfinished); under 2,000 chars of
     editable content, or a stub that would not be shorter. System messages, bash executions and
     summaries are not editable: they stay where they are. ``starts``: ``run_starts(messages)``,
-    and ``sizes``: ``content_chars`` of each message, when the caller has them.
+    and ``sizes``: ``content_chars`` of each message, when the caller has them. ``memo``: the
+    exchanges already read, by span, judged without ``skip`` (a caller that keeps it for an
+    unchanged conversation start: ``paging.distill.scan.Scan.exchanges``).
     """
     if starts is None:
         starts = run_starts(messages)
@@ -285,7 +320,14 @@ def collect_exchanges(
     judged = max(0, len(bounds) - 1 - keep_recent)
     items: list[Exchange] = []
     for start, end in zip(bounds[:judged], bounds[1 : judged + 1], strict=True):
-        exchange = _exchange(ids, messages, start, end, skip, sizes)
+        if memo is None:
+            exchange = _exchange(ids, messages, start, end, skip, sizes)
+        else:
+            if (start, end) not in memo:
+                memo[start, end] = _exchange(ids, messages, start, end, (), sizes)
+            exchange = memo[start, end]
+            if exchange is not None and exchange.history_id in skip:
+                exchange = None
         if exchange is not None:
             items.append(exchange)
     return items
@@ -335,43 +377,65 @@ def collect_images(
     skip: Container[str] = frozenset(),
     turns: int | None = None,
     reads: Sequence[Read] | None = None,
+    scan: Scan | None = None,
 ) -> list[ImageItem]:
     """Tool outputs with images that ``keep_turns`` or more assistant messages follow.
 
     Age alone decides; user images are always kept; an output already marked (our image stub
     leads it, or someone else edited it) is left alone. ``turns``: ``assistant_count(messages)``,
-    and ``reads``: the messages' :class:`Read`, when the caller has them.
+    and ``reads``: the messages' :class:`Read`, when the caller has them; ``scan``: their
+    :class:`~paging.distill.scan.Scan`, which lists the outputs with images (no walk).
     """
     if keep_turns <= 0:
         return []
+    if scan is not None:
+        total = scan.assistant_count()
+        return [item for i in scan.images
+                if (item := _image(messages[i], i, total - scan.counts[i + 1], keep_turns, skip,
+                                   scan.call_names.get)) is not None]
     calls: dict[str, Call] | None = None  # made when the first image output needs a label
+
+    def call_of(call_id: str) -> tuple[str, Mapping[str, Any]] | None:
+        nonlocal calls
+        if calls is None:
+            calls = {c.id: c for c in calls_of(messages, 0, len(messages), reads)}
+        call = calls.get(call_id)
+        return None if call is None else (call.name, call.arguments)
+
     items: list[ImageItem] = []
     after = assistant_count(messages) if turns is None else turns
     for i, message in enumerate(messages):
         if role(message) == "assistant":
             after -= 1
-        call_id = message.get("toolCallId")
-        if role(message) != "toolResult" or not isinstance(call_id, str) or call_id in skip:
-            continue
-        if reads is not None and not reads[i].images:
+        if role(message) != "toolResult" or (reads is not None and not reads[i].images):
             continue  # images_of would find none
-        images = images_of(message)
-        if not images or after < keep_turns or is_marked(text_of(message)):
-            continue
-        costs = [image_cost(b) for b in images]
-        tokens = sum(t for t, _ in costs)
-        sizes = [s for _, s in costs if s is not None]
-        stub = image_stub(call_id, len(images), sizes, tokens, after)
-        texts = sum(len(str(b.get("text", ""))) for b in blocks(message) if b.get("type") == "text")
-        if calls is None:
-            calls = {c.id: c for c in calls_of(messages, 0, len(messages), reads)}
-        call = calls.get(call_id)
-        tool = message.get("toolName") or (call.name if call else "tool")
-        label = tool_label(str(tool), call.arguments if call else {})
-        items.append(ImageItem(call_id, i, len(images), tokens, after,
-                               f"{label} ({len(images)} image{'s' if len(images) > 1 else ''})",
-                               stub, content_chars(message), len(stub) + texts))
+        item = _image(message, i, after, keep_turns, skip, call_of)
+        if item is not None:
+            items.append(item)
     return items
+
+
+def _image(message: Message, i: int, after: int, keep_turns: int, skip: Container[str],
+           call_of: Callable[[str], tuple[str, Mapping[str, Any]] | None]) -> ImageItem | None:
+    """The image item of a tool result ``after`` assistant messages old, or None;
+    ``call_of``: a call id's tool name and arguments."""
+    call_id = message.get("toolCallId")
+    if not isinstance(call_id, str) or call_id in skip:
+        return None
+    images = images_of(message)
+    if not images or after < keep_turns or is_marked(text_of(message)):
+        return None
+    costs = [image_cost(b) for b in images]
+    tokens = sum(t for t, _ in costs)
+    sizes = [s for _, s in costs if s is not None]
+    stub = image_stub(call_id, len(images), sizes, tokens, after)
+    texts = sum(len(str(b.get("text", ""))) for b in blocks(message) if b.get("type") == "text")
+    call = call_of(call_id)
+    tool = message.get("toolName") or (call[0] if call else "tool")
+    label = tool_label(str(tool), call[1] if call else {})
+    return ImageItem(call_id, i, len(images), tokens, after,
+                     f"{label} ({len(images)} image{'s' if len(images) > 1 else ''})",
+                     stub, content_chars(message), len(stub) + texts)
 
 
 def cited_files(answer: str, files: Sequence[str]) -> set[str]:

@@ -30,6 +30,8 @@ from typing import Protocol
 
 from context_paging.paging.distill.chunk import KNOWN_EXTENSION, Chunk
 from context_paging.paging.distill.model import JudgeContext, Question
+from context_paging.paging.distill.names import path_pattern as _path_pattern
+from context_paging.paging.distill.names import path_regex as _path_regex  # noqa: F401
 from context_paging.paging.distill.render import clip
 
 
@@ -156,7 +158,7 @@ class Evidence:
 
     def found_in(self, chunk: Chunk, flat: str) -> bool:
         text = chunk.text
-        if any(q in text or " ".join(q.split()) in flat for q in self.quoted):
+        if any(q in text or spaced in flat for q, spaced in _spaced(self.quoted)):
             return True
         if self.paths:
             # A whole-name match is a substring first: most chunks name none of the paths, and
@@ -176,18 +178,10 @@ _RUN = re.compile(r"[\w$]+")
 
 
 @functools.lru_cache(maxsize=256)
-def _path_pattern(paths: frozenset[str]) -> tuple[re.Pattern[str], tuple[str, ...]]:
-    """One search for every path and its basename (when ≥ 4 chars), each as a whole name: no
-    word char, ``.`` or ``-`` before it, no word char or ``-`` after it; and the names a match
-    must contain."""
-    names = set(paths) | {p.rsplit("/", 1)[-1] for p in paths
-                          if len(p.rsplit("/", 1)[-1]) >= 4}
-    ordered = tuple(sorted(names, key=lambda n: (-len(n), n)))
-    alternatives = "|".join(re.escape(n) for n in ordered)
-    # For the substring pre-test, a name that contains another name adds nothing (a path
-    # contains its basename): only the minimal ones are tested.
-    minimal = tuple(n for n in ordered if not any(m != n and m in n for m in names))
-    return re.compile(rf"(?<![\w.-])(?:{alternatives})(?![\w-])"), minimal
+def _spaced(quoted: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """Each quoted line with its whitespace runs made single spaces (what ``found_in`` also
+    looks for in the chunk's flattened text): worked out once per work, not once per chunk."""
+    return tuple((q, " ".join(q.split())) for q in quoted)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -255,7 +249,8 @@ class LocalJudge:
             return 1.0
         if superseded:
             return 0.0
-        if work.final.found_in(chunk, flat):
+        # at a checkpoint the decisive evidence is the final one: asked above already
+        if work.final is not work.decisive and work.final.found_in(chunk, flat):
             return 1.0
         if work.task.found_in(chunk, flat):
             return 0.9

@@ -29,7 +29,7 @@ and read/write anchors are Pi's and have no counterpart here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from context_paging.paging.distill.chunk import Chunk, chunk_output, segment_chars, segment_chunks
@@ -45,6 +45,7 @@ from context_paging.paging.distill.conversation import (
     dumps,
     images_of,
     is_interrupted,
+    prompt_text,
     question_of,
     role,
     run_starts,
@@ -71,6 +72,7 @@ from context_paging.paging.distill.items import (
 )
 from context_paging.paging.distill.model import Decision, JudgeContext, Phase, Question, fingerprint
 from context_paging.paging.distill.render import clip, format_chars
+from context_paging.paging.distill.scan import RunMemo, Scan
 
 WHOLE_CONTEXT_PROVIDERS = frozenset({"openai-codex"})
 
@@ -145,11 +147,14 @@ def plan_pass(
     provider: str | None = None,
     reach: int = 0,
     reads: Sequence[Read] | None = None,
+    scan: Scan | None = None,
 ) -> Plan | None:
     """What this pass judges, or None when there is nothing to do now.
 
     ``reads``: each entry's :class:`~paging.distill.conversation.Read`, when the caller has
-    them (the window keeps them per message, so a re-sent prefix is not read again).
+    them (the window keeps them per message, so a re-sent prefix is not read again); ``scan``:
+    the entries' :class:`~paging.distill.scan.Scan` (with ``reads``), which answers the walks
+    over the whole conversation from what the previous call already read.
 
     ``reach``: large outputs at entries before it are planned (they count towards the batch
     and run-size rules exactly as always) but not judged: the caller knows the window cannot
@@ -159,19 +164,22 @@ def plan_pass(
         return None
     ids = [str(i) for i, _ in entries]
     messages = [m for _, m in entries]
-    starts = run_starts(messages)
+    if reads is None:
+        scan = None
+    starts = run_starts(messages) if scan is None else scan.starts
     if not starts:
         return None
     current = starts[-1]
     whole = provider in WHOLE_CONTEXT_PROVIDERS
-    if assistant_count(messages, current) == 0:
+    if (assistant_count(messages, current) if scan is None
+            else scan.assistant_count(current)) == 0:
         if len(starts) < 2 or not _finished(messages, starts[-2], current):
             return None
         return _plan(ids, messages, config, latest(decisions), "run-end", starts[-2], current,
-                     whole, reach, starts, reads)
-    if config.mid_run and _between_tool_turns(messages, current):
+                     whole, reach, starts, reads, scan)
+    if config.mid_run and _between_tool_turns(messages, current, scan):
         return _plan(ids, messages, config, latest(decisions), "mid-run", current,
-                     len(messages), whole, reach, starts, reads)
+                     len(messages), whole, reach, starts, reads, scan)
     return None
 
 
@@ -180,9 +188,12 @@ def _finished(messages: Sequence[Message], start: int, end: int) -> bool:
     return last is not None and not is_interrupted(last) and not tool_calls(last)
 
 
-def _between_tool_turns(messages: Sequence[Message], start: int) -> bool:
-    """The run's last assistant called tools, did not fail, and every result is in."""
-    index = max(i for i in range(start, len(messages)) if role(messages[i]) == "assistant")
+def _between_tool_turns(messages: Sequence[Message], start: int,
+                        scan: Scan | None = None) -> bool:
+    """The run's last assistant called tools, did not fail, and every result is in. (The
+    caller knows the run has an assistant message.)"""
+    index = (max(i for i in range(start, len(messages)) if role(messages[i]) == "assistant")
+             if scan is None else scan.assistants[-1])
     wanted = {c["id"] for c in tool_calls(messages[index])}
     if not wanted or is_interrupted(messages[index]):
         return False
@@ -206,50 +217,67 @@ def _plan(
     ids: list[str], messages: list[Message], config: DistillConfig,
     known: dict[str, Decision], phase: Phase, start: int, end: int, whole: bool,
     reach: int, starts: Sequence[int], reads: Sequence[Read] | None = None,
+    scan: Scan | None = None,
 ) -> Plan | None:
     """The pass's plan; ``starts`` are the conversation's ``run_starts``, ``reads`` the
-    entries' :class:`Read` when the caller has them. Counts and run starts are read once here
-    and handed to the steps that need them."""
+    entries' :class:`Read` and ``scan`` their :class:`Scan` when the caller has them. Counts
+    and run starts are read once here and handed to the steps that need them."""
     run_id = ids[start]
     skip = {t for t, d in known.items() if _settled(d, phase, run_id)}
     youngest = None
-    run_turns = assistant_count(messages, start)
-    all_turns = run_turns + assistant_count(messages, 0, start)
+    if scan is None:
+        run_turns = assistant_count(messages, start)
+        all_turns = run_turns + assistant_count(messages, 0, start)
+    else:
+        run_turns, all_turns = scan.assistant_count(start), scan.assistant_count()
     if phase == "mid-run":
         youngest = run_turns - 1 - config.mid_run_min_age_turns
-    calls = calls_of(messages, start, end, reads)  # read once for both sizes of output
+    memo = None if scan is None or reads is None else scan.run(messages, reads, start, end)
+    # read once for both sizes of output
+    calls = calls_of(messages, start, end, reads) if memo is None else memo.calls
     # both sizes of output in one walk over the run
+    kept = {} if memo is None else {"candidates": memo.candidates, "counted": memo.counted}
     large, small = collect_sized(messages, start, end, config, youngest=youngest, skip=skip,
-                                 reach=reach, calls=calls, reads=reads)
+                                 reach=reach, calls=calls, reads=reads, **kept)
     if phase == "run-end" and sum(len(i.text) for i in large) < config.min_run_chars:
         large = []
     exchanges = (collect_exchanges(ids, messages, start, config.keep_recent_exchanges, skip,
                                    starts=starts,
-                                   sizes=None if reads is None else [r.chars for r in reads])
+                                   sizes=(None if reads is None else [r.chars for r in reads])
+                                   if scan is None else scan.sizes,
+                                   memo=None if scan is None else scan.exchanges)
                  if config.prune_exchanges else [])
     images = collect_images(messages, config.image_keep_turns, skip, turns=all_turns,
-                            reads=reads)
+                            reads=reads, scan=scan)
     if not (large or small or exchanges or images):
         return None  # the common case on the hot path: nothing measured
     sizes = (tuple(content_chars(m) for m in messages) if reads is None
-             else tuple(r.chars for r in reads))
+             else tuple(r.chars for r in reads) if scan is None else tuple(scan.sizes))
     factor = FACTOR_WHOLE_CONTEXT if whole else FACTOR_PREFIX
     if phase == "mid-run":
         tier = _tier(messages, run_turns, config, large + small, exchanges, images, sizes,
-                     whole, factor)
+                     whole, factor, None if scan is None else scan.users[-1])
         if tier is None:
             return None
         exchanges, images = tier
     if not (large or small or exchanges or images):
         return None
-    texts = assistant_texts(messages, start, end, reads)
-    earlier = _history(messages, start, config.history_exchanges, starts)
+    texts = (assistant_texts(messages, start, end, reads) if memo is None
+             else [text for _, text in memo.notes])
+    earlier = _history(messages, start, config.history_exchanges, starts,
+                       None if scan is None else scan.summaries,
+                       None if scan is None or reads is None
+                       else lambda a, b: scan.run(messages, reads, a, b))
     if phase == "run-end":
-        question = Question(question_of(messages, start, end), answer=texts[-1] if texts else "",
+        question = Question(_question(messages, start, end, memo),
+                            answer=texts[-1] if texts else "",
                             notes="\n\n".join(texts[:-1]),
-                            follow_up=question_of(messages, end, len(messages)), **earlier)
+                            follow_up=_question(messages, end, len(messages),
+                                                None if scan is None or reads is None
+                                                else scan.run(messages, reads, end,
+                                                              len(messages))), **earlier)
     else:
-        question = Question(question_of(messages, start, end),
+        question = Question(_question(messages, start, end, memo),
                             latest_note=texts[-1] if texts else "",
                             notes="\n\n".join(texts[:-1]), **earlier)
     batches, members = _batches(phase, config, small, exchanges)
@@ -268,13 +296,15 @@ def _plan(
 def _tier(
     messages: list[Message], turns: int, config: DistillConfig, outputs: list[OutputItem],
     exchanges: list[Exchange], images: list[ImageItem], sizes: tuple[int, ...],
-    whole: bool, factor: int,
+    whole: bool, factor: int, last_user: int | None = None,
 ) -> tuple[list[Exchange], list[ImageItem]] | None:
     """Upstream's checkpoint tiers: all exchanges and images; images only; only the images
-    after the last user message. The first that reaches the batch size and pays off wins.
-    ``turns``: the run's assistant messages (the current turn + 1)."""
+    after the last user message (``last_user``, when the caller knows it). The first that
+    reaches the batch size and pays off wins. ``turns``: the run's assistant messages (the
+    current turn + 1)."""
     batch = config.mid_run_batch_chars_openai if whole else config.mid_run_batch_chars
-    last_user = max(i for i, m in enumerate(messages) if role(m) == "user")
+    if last_user is None:
+        last_user = max(i for i, m in enumerate(messages) if role(m) == "user")
     pending = sum(len(o.text) for o in outputs)
     recent = [im for im in images if im.index > last_user]
     for tier_exchanges, tier_images in ((exchanges, images), ([], images), ([], recent)):
@@ -291,24 +321,39 @@ def _tier(
     return None
 
 
-def _history(messages: list[Message], start: int, count: int, runs: Sequence[int]) -> dict:
+def _question(messages: Sequence[Message], start: int, end: int, memo: RunMemo | None) -> str:
+    """``question_of``, from the run's memo when the span is that run's."""
+    if memo is None:
+        return question_of(messages, start, end)
+    return "\n\n".join([prompt_text(messages[start]), *(text for _, text in memo.steering)])
+
+
+def _history(messages: list[Message], start: int, count: int, runs: Sequence[int],
+             summarized: Sequence[int] | None = None,
+             memo_of: Callable[[int, int], RunMemo | None] | None = None) -> dict:
     """Earlier conversation for the judges: the last ``count`` exchanges before the run, the
     first request and the latest compaction summary (``count`` 0 sends none of them);
-    ``runs`` are the conversation's ``run_starts``."""
+    ``runs`` are the conversation's ``run_starts``, ``summarized`` the positions of its
+    compaction summaries and ``memo_of`` the kept runs (``Scan.run``) when the caller has
+    them."""
     if count <= 0:
         return {}
     starts = [i for i in runs if i < start]
     bounds = [*starts, start]
     recent = []
     for a, b in list(zip(bounds, bounds[1:], strict=False))[-count:]:
-        answers = assistant_texts(messages, a, b)
-        recent.append((clip(question_of(messages, a, b), 800),
+        memo = None if memo_of is None else memo_of(a, b)
+        answers = (assistant_texts(messages, a, b) if memo is None
+                   else [text for _, text in memo.notes])
+        recent.append((clip(_question(messages, a, b, memo), 800),
                        clip(answers[-1], 1_200) if answers else ""))
-    first = clip(question_of(messages, starts[0], bounds[1]), 1_000) if starts else ""
-    if len(starts) <= count:
-        first = ""
-    summaries = [str(m.get("summary", "")) for m in messages[:start]
-                 if role(m) == "compactionSummary"]
+    first = ""
+    if len(starts) > count:
+        first = clip(_question(messages, starts[0], bounds[1], None if memo_of is None
+                               else memo_of(starts[0], bounds[1])), 1_000)
+    summaries = ([str(m.get("summary", "")) for m in messages[:start]
+                  if role(m) == "compactionSummary"] if summarized is None
+                 else [str(messages[i].get("summary", "")) for i in summarized if i < start])
     return {"history": tuple(recent), "first_request": first,
             "summary": clip(summaries[-1], 2_000) if summaries else ""}
 
