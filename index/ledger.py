@@ -120,7 +120,20 @@ class LedgerSession:
         self._flush_lock = threading.Lock()
 
     def refresh(self) -> None:
-        if not self.path.exists() or self.cursor.unchanged():
+        if not self.path.exists():
+            # Deleted since this session was read (by hand, or another server sharing the
+            # home): what it held is gone, so forget it too, or the next append would take
+            # those messages as stored and write only the rest (a file whose path breaks).
+            if self.cursor.inode != -1 or self.records or self.head is not None:
+                self.cursor = FileCursor(str(self.path), str(self.path.parent))
+                self.records, self.head, self.issues = {}, None, []
+                self.decisions = []
+                self._converted = {}
+                self._items = None
+                self._path = self._projected = None
+                self._chain = []
+            return
+        if self.cursor.unchanged():
             return
         chunk, restarted = self.cursor.read()
         if restarted:

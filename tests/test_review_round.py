@@ -1,0 +1,45 @@
+"""Cases the round's shortcuts must answer as the full computation does, found in review.
+
+Each test here failed on the code it was written against (see the commit that adds it)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from context_paging.index.ledger import Ledger
+
+from tests.test_select_cost import full_computation, service, turn
+from tests.test_window_cost import outcome
+
+ARGS = {"fmt": "pi", "system": "sys", "token_budget": 100_000}
+
+
+def conversation(turns: int) -> list[dict]:
+    return [m for n in range(turns) for m in turn(n, 40, "src/a.py", True, False)]
+
+
+def stored(home) -> list[dict]:
+    with open(home / "ledger" / "s.jsonl") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def test_a_deleted_ledger_file_is_written_again_whole(tmp_path):
+    """The session's files are deleted between two calls (by hand, or by another server sharing
+    the home), its name then used again: the next call stores the whole conversation again, as a server that never saw
+    the session does, not only the messages this process had not stored before."""
+    for reference in (False, True):
+        home = tmp_path / str(reference)
+        svc = service(home, reference=reference, budget=100_000)
+        with full_computation() if reference else open(os.devnull):
+            outcome(svc, messages=conversation(3), **ARGS)
+            os.remove(home / "ledger" / "s.jsonl")
+            os.remove(home / "state" / "s.json")  # the session's name is used afresh
+            got = outcome(svc, messages=conversation(4), **ARGS)
+        fresh = service(tmp_path / f"fresh{reference}", reference=True, budget=100_000)
+        with full_computation():
+            assert got == outcome(fresh, messages=conversation(4), **ARGS)
+        records = [r for r in stored(home) if r["type"] == "message"]
+        assert len(records) == len(conversation(4))
+        session = Ledger(home).session("s")  # a new process reads the whole path back
+        assert len(session.path_ids()) == len(conversation(4))
