@@ -95,6 +95,17 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _own(value: Any) -> Any:
+    """A copy of the JSON containers (dicts, lists), leaves shared: strings and numbers are
+    immutable, so a copy costs the structure, not the text."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _own(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_own(v) for v in value]
+    return value
+
+
 class LedgerSession:
     def __init__(self, directory: Path, name: str) -> None:
         self.name = name
@@ -176,8 +187,10 @@ class LedgerSession:
                 continue
             record = self.records.get(message_id)
             if record is None:
+                # The record holds its own containers: a library host may edit its dicts in
+                # place after the call, and the record must stay what was written.
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
-                          "ts": now, "message": message}
+                          "ts": now, "message": _own(message)}
                 lines.append(dump_line(record))
                 self.records[message_id] = record
             elif record.get("parent") != parent:

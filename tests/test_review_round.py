@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from context_paging.index.ledger import Ledger
 
@@ -43,3 +44,21 @@ def test_a_deleted_ledger_file_is_written_again_whole(tmp_path):
         assert len(records) == len(conversation(4))
         session = Ledger(home).session("s")  # a new process reads the whole path back
         assert len(session.path_ids()) == len(conversation(4))
+
+
+def test_a_message_the_host_changes_in_place_after_the_call_stays_as_stored(tmp_path):
+    """A library host keeps its message dicts and edits one in place after a call. An
+    ``after_id`` call stands for the messages the server stored: it answers with them as they
+    were sent (as a server reading the ledger file does), not with the host's edited dict."""
+    messages = conversation(4)
+    fast = service(tmp_path / "fast", reference=False, budget=100_000)
+    first = json.loads(outcome(fast, messages=messages, **ARGS))[0]
+    shutil.copytree(tmp_path / "fast", tmp_path / "copy")  # what another server would read
+    messages[2]["content"][0]["text"] = "edited in place"
+    messages[1]["content"][0]["arguments"]["path"] = "elsewhere.py"
+    new = [{"role": "user", "content": "go on"}]
+    got = outcome(fast, messages=new, after_id=first["last_message_id"], **ARGS)
+    other = service(tmp_path / "copy", reference=True, budget=100_000)
+    with full_computation():
+        assert got == outcome(other, messages=new, after_id=first["last_message_id"], **ARGS)
+    assert "edited in place" not in got and "elsewhere.py" not in got
