@@ -62,3 +62,37 @@ def test_a_message_the_host_changes_in_place_after_the_call_stays_as_stored(tmp_
     with full_computation():
         assert got == outcome(other, messages=new, after_id=first["last_message_id"], **ARGS)
     assert "edited in place" not in got and "elsewhere.py" not in got
+
+
+def test_positions_with_after_id_count_without_every_resident_message(tmp_path):
+    """With ``after_id`` the positions count over the stored messages, then the new ones. The
+    leading messages taken as resident input are never stored: OpenAI's system/developer
+    messages, and in Responses its leading system/developer items (and Codex's set-up
+    messages) too. A call that sends ``after_id`` and marks a new message ephemeral counts that
+    message among the new ones (it is in this call's conversation, not stored for the next)."""
+    from context_paging.paging.window_form import rebuild
+
+    from tests.test_window_form import resident
+    from tests.test_window_form import service as form_service
+    from tests.test_window_form import turn as form_turn
+
+    for fmt in ("openai", "responses", "anthropic", "pi"):
+        lead = resident(fmt)
+        conv = lead + [m for n in range(3) for m in form_turn(fmt, n, 1, 30, True, False)]
+        note = {"role": "user", "content": "a note sent once"}
+        new = [m for n in range(3, 5) for m in form_turn(fmt, n, 1, 30, True, False)]
+        replies = {}
+        for form in ("positions", "messages"):
+            svc = form_service(tmp_path / fmt / form, 3_000, True)
+            first = svc.select("s", messages=[*conv, note], fmt=fmt, system="sys",
+                               ephemeral=[len(conv)], reply_form=form)
+            replies[form] = svc.select("s", messages=[*new, dict(note)], fmt=fmt, system="sys",
+                                       after_id=first["last_message_id"], ephemeral=[len(new)],
+                                       reply_form=form)
+        held = conv[len(lead):]  # less the ephemeral note and the resident lead
+        got = replies["positions"]
+        window = rebuild(got["window"], got["messages"], [*held, *new, note])
+        assert json.dumps(window) == json.dumps(replies["messages"]["messages"]), fmt
+        if lead:  # counting the lead in would shift every position
+            shifted = rebuild(got["window"], got["messages"], [*conv, *new, note])
+            assert json.dumps(shifted) != json.dumps(replies["messages"]["messages"]), fmt
