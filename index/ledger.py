@@ -47,6 +47,7 @@ import operator
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -63,6 +64,7 @@ from context_paging.paging.distill import Decision
 from context_paging.paging.request import common_start
 
 log = logging.getLogger("context_paging")
+OPEN_SESSIONS = 64  # ledger sessions kept read in memory (Ledger.session)
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -509,15 +511,29 @@ class Ledger:
     def __init__(self, home: Path) -> None:
         self.directory = home / "ledger"
         self.state_directory = home / "state"
-        self._sessions: dict[str, LedgerSession] = {}
+        # The sessions read lately, each holding all its messages: a long-running server that
+        # sees many sessions keeps only the last OPEN_SESSIONS (a session dropped is read from
+        # its file again when it comes back; the file is the truth, as for another process).
+        self._sessions: OrderedDict[str, LedgerSession] = OrderedDict()
 
     def session(self, ref: str) -> LedgerSession:
         name = check_session_id(ref)
         session = self._sessions.get(name)
         if session is None:
             session = self._sessions[name] = LedgerSession(self.directory, name)
+            self._forget_oldest()
+        else:
+            self._sessions.move_to_end(name)
         session.refresh()
         return session
+
+    def _forget_oldest(self) -> None:
+        """Drop the least recently used sessions past OPEN_SESSIONS, except one whose appends
+        are not known to be on disk yet (its :meth:`synced` must still find them)."""
+        excess = len(self._sessions) - OPEN_SESSIONS
+        for name in list(self._sessions)[:max(0, excess)]:
+            if not self._sessions[name]._flushing:
+                del self._sessions[name]
 
     def synced(self, ref: str) -> None:
         """:meth:`LedgerSession.synced` for a session this ledger has open (nothing to wait

@@ -27,8 +27,9 @@ def stored(home) -> list[dict]:
 
 def test_a_deleted_ledger_file_is_written_again_whole(tmp_path):
     """The session's files are deleted between two calls (by hand, or by another server sharing
-    the home), its name then used again: the next call stores the whole conversation again, as a server that never saw
-    the session does, not only the messages this process had not stored before."""
+    the home), its name then used again: the next call stores the whole conversation again,
+    as a server that never saw the session does, not only the messages this process had not
+    stored before."""
     for reference in (False, True):
         home = tmp_path / str(reference)
         svc = service(home, reference=reference, budget=100_000)
@@ -96,3 +97,26 @@ def test_positions_with_after_id_count_without_every_resident_message(tmp_path):
         if lead:  # counting the lead in would shift every position
             shifted = rebuild(got["window"], got["messages"], [*conv, *new, note])
             assert json.dumps(shifted) != json.dumps(replies["messages"]["messages"]), fmt
+
+
+def test_the_ledger_keeps_a_bounded_number_of_sessions_read(tmp_path):
+    """A long-running server that sees many sessions does not keep every one's messages: past
+    OPEN_SESSIONS the least recently used are dropped (read from their files again when they
+    come back, the same records and head), never one whose appends are not yet synced."""
+    from context_paging.index import ledger as ledger_module
+    from context_paging.paging.request import chain_ids
+
+    ledger = Ledger(tmp_path)
+    messages = conversation(2)
+    ids = chain_ids([f"fp{i}" for i in range(len(messages))])
+    ledger.session("s0").append(messages, ids, "pi", durable=False)  # not synced yet
+    for n in range(1, 3 * ledger_module.OPEN_SESSIONS):
+        ledger.session(f"s{n}").append(messages, ids, "pi")
+        assert len(ledger._sessions) <= ledger_module.OPEN_SESSIONS + 1
+    assert "s0" in ledger._sessions and "s1" not in ledger._sessions
+    ledger.synced("s0")
+    ledger.session("s1")  # another one opened: s0, synced now, can go
+    assert "s0" not in ledger._sessions
+    again = ledger.session("s0")
+    assert again.head == ids[-1] and again.path_ids() == ids
+    assert [again.records[i]["message"] for i in ids] == messages
