@@ -61,6 +61,7 @@ from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identi
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
 from context_paging.paging.distill import Decision
+from context_paging.paging.formats import detached
 from context_paging.paging.request import common_start
 
 log = logging.getLogger("context_paging")
@@ -95,17 +96,6 @@ def fingerprint(message: Any) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _own(value: Any) -> Any:
-    """A copy of the JSON containers (dicts, lists), leaves shared: strings and numbers are
-    immutable, so a copy costs the structure, not the text."""
-    kind = type(value)
-    if kind is dict:
-        return {k: _own(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return [_own(v) for v in value]
-    return value
 
 
 class LedgerSession:
@@ -192,7 +182,7 @@ class LedgerSession:
                 # The record holds its own containers: a library host may edit its dicts in
                 # place after the call, and the record must stay what was written.
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
-                          "ts": now, "message": _own(message)}
+                          "ts": now, "message": detached(message)}
                 lines.append(dump_line(record))
                 self.records[message_id] = record
             elif record.get("parent") != parent:

@@ -120,3 +120,30 @@ def test_the_ledger_keeps_a_bounded_number_of_sessions_read(tmp_path):
     again = ledger.session("s0")
     assert again.head == ids[-1] and again.path_ids() == ids
     assert [again.records[i]["message"] for i in ids] == messages
+
+
+def test_views_kept_for_later_calls_are_not_the_hosts_objects(tmp_path):
+    """The request's views are kept for the next call to build on. A library host that edits
+    its message dicts in place after a call (a nested block: Pi's views used to share the
+    host's content lists) must not change what a later ``after_id`` call reads of the stored
+    messages once the caches that happened to hide it were emptied (they are bounded: a
+    long-running server clears them)."""
+    from context_paging.index import window_distill
+
+    for budget in (1_500, 3_000):
+        home = tmp_path / str(budget)
+        messages = conversation(6)
+        args = dict(ARGS, token_budget=budget)
+        fast = service(home / "fast", reference=False, budget=budget)
+        first = json.loads(outcome(fast, messages=messages, **args))[0]
+        shutil.copytree(home / "fast", home / "copy")  # what another server would read
+        for k in (18, 22):
+            messages[k]["content"][0]["text"] = "grown " * 300
+        fast.estimates.cache.clear()
+        fast.distiller._reads.clear()
+        window_distill._prints.clear()
+        new = [{"role": "user", "content": "go on"}]
+        got = outcome(fast, messages=new, after_id=first["last_message_id"], **args)
+        other = service(home / "copy", reference=True, budget=budget)
+        with full_computation():
+            assert got == outcome(other, messages=new, after_id=first["last_message_id"], **args)
