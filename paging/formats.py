@@ -161,9 +161,9 @@ def detached(value: Any) -> Any:
     text. Views are kept for later calls (``earlier``): a library host may edit its own dicts
     in place after a call, and a view must stay what the message was when it was read."""
     kind = type(value)
-    if kind is dict:
+    if kind is dict or (kind is not str and isinstance(value, dict)):  # subclasses as dicts
         return {k: detached(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
+    if kind is list or kind is tuple or (kind is not str and isinstance(value, list | tuple)):
         return [detached(v) for v in value]
     return value
 

@@ -147,3 +147,30 @@ def test_views_kept_for_later_calls_are_not_the_hosts_objects(tmp_path):
         other = service(home / "copy", reference=True, budget=budget)
         with full_computation():
             assert got == outcome(other, messages=new, after_id=first["last_message_id"], **args)
+
+
+def test_dict_subclass_messages_edited_in_place_are_read_again(tmp_path):
+    """A library host whose messages are dict subclasses (an OrderedDict, say) edits one in
+    place between two whole-conversation calls: the edit is seen (new fingerprint, new id,
+    the edited text in the window), as the full computation sees it."""
+    from collections import OrderedDict
+
+    def ordered(value):
+        if isinstance(value, dict):
+            return OrderedDict((k, ordered(v)) for k, v in value.items())
+        if isinstance(value, list):
+            return [ordered(v) for v in value]
+        return value
+
+    messages = [ordered(m) for m in conversation(3)]
+    fast = service(tmp_path / "fast", reference=False, budget=100_000)
+    full = service(tmp_path / "full", reference=True, budget=100_000)
+    for step in range(2):
+        if step:
+            messages[2]["content"][0]["text"] = "edited in place"
+            messages[4] = ordered(messages[4])  # a new object for one, the rest kept
+            messages[0]["content"] = "request 0, edited in place"
+        got = outcome(fast, messages=messages, **ARGS)
+        with full_computation():
+            assert got == outcome(full, messages=json.loads(json.dumps(messages)), **ARGS)
+    assert "edited in place" in got
