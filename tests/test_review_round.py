@@ -1,6 +1,5 @@
-"""Cases the round's shortcuts must answer as the full computation does, found in review.
-
-Each test here failed on the code it was written against (see the commit that adds it)."""
+"""Cases the round's shortcuts must answer as the full computation does, found in review
+(each fix's test failed before it; the positions and two-server tests guard what held)."""
 
 from __future__ import annotations
 
@@ -9,9 +8,14 @@ import os
 import shutil
 
 from context_paging.index.ledger import Ledger
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.test_select_cost import full_computation, service, turn
 from tests.test_window_cost import outcome
+from tests.test_window_form import resident
+from tests.test_window_form import service as form_service
+from tests.test_window_form import turn as form_turn
 
 ARGS = {"fmt": "pi", "system": "sys", "token_budget": 100_000}
 
@@ -72,10 +76,6 @@ def test_positions_with_after_id_count_without_every_resident_message(tmp_path):
     messages) too. A call that sends ``after_id`` and marks a new message ephemeral counts that
     message among the new ones (it is in this call's conversation, not stored for the next)."""
     from context_paging.paging.window_form import rebuild
-
-    from tests.test_window_form import resident
-    from tests.test_window_form import service as form_service
-    from tests.test_window_form import turn as form_turn
 
     for fmt in ("openai", "responses", "anthropic", "pi"):
         lead = resident(fmt)
@@ -174,3 +174,78 @@ def test_dict_subclass_messages_edited_in_place_are_read_again(tmp_path):
         with full_computation():
             assert got == outcome(full, messages=json.loads(json.dumps(messages)), **ARGS)
     assert "edited in place" in got
+
+
+def _form_service(home, reference: bool, budget: int):
+    from context_paging.index.window import ContextService, ContextSettings
+
+    from tests.test_select_cost import DISTILL, words
+
+    svc = ContextService(Ledger(home), ContextSettings(token_budget=budget, distill=DISTILL),
+                         words)
+    svc.reference = reference
+    svc.spare_seconds = 0.0
+    return svc
+
+
+def _edited(message: dict) -> None:
+    """An edit in place, wherever the message keeps its text."""
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"] = content + " (edited)"
+    elif isinstance(content, list) and content and isinstance(content[0], dict) and (
+            "text" in content[0]):
+        content[0]["text"] += " (edited)"
+    elif "output" in message:
+        message["output"] += " (edited)"
+    else:
+        message["edited"] = True
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fmt=st.sampled_from(["pi", "anthropic", "openai", "responses"]),
+       budget=st.sampled_from([400, 1_500, 4_000, 20_000]),
+       shape=st.lists(st.tuples(st.integers(0, 2), st.integers(5, 90), st.booleans()),
+                      min_size=8, max_size=14),
+       steps=st.lists(st.tuples(st.sampled_from(["whole", "after", "after", "older"]),
+                                st.integers(0, 1), st.integers(1, 8), st.integers(0, 10**6),
+                                st.booleans(), st.booleans()), min_size=3, max_size=7))
+def test_two_servers_on_one_home_with_edits_in_place_answer_as_the_full_computation(
+        tmp_path_factory, fmt, budget, shape, steps):
+    """Two servers share one home (DESIGN.md's reliability rules) and take turns on one
+    session, each call the whole conversation or ``after_id`` (the last head, or an older id:
+    a new branch), sometimes with an ephemeral message; between calls the library host edits
+    one of its message dicts in place. The pair of fast servers answers and saves as a pair of
+    full-computation servers on a home of their own fed copies of the same calls."""
+    base = resident(fmt) + [m for n, (calls, lines, answer) in enumerate(shape)
+                            for m in form_turn(fmt, n, calls, lines, answer, n % 2 == 0)]
+    lead = len(resident(fmt))
+    homes = tmp_path_factory.mktemp("fast"), tmp_path_factory.mktemp("full")
+    fast = [_form_service(homes[0], False, budget) for _ in range(2)]
+    full = [_form_service(homes[1], True, budget) for _ in range(2)]
+    sent, last, heads = 0, None, []
+    args = {"fmt": fmt, "system": "sys", "token_budget": budget}
+    for kind, who, grow, pick, ephemeral, edit in steps:
+        if edit and sent > lead + 1:
+            _edited(base[max(lead, sent - 1 - pick % 5)])  # near the end: in the window
+        upto = min(len(base), sent + grow)
+        if kind in ("after", "older") and last is not None and base[sent:upto]:
+            new = base[sent:upto]
+            after = last if kind == "after" else heads[pick % len(heads)]
+            call = {"messages": new, "after_id": after,
+                    "ephemeral": [pick % len(new)] if ephemeral else []}
+        else:
+            whole = base[:upto]
+            call = {"messages": whole, "ephemeral": [lead + pick % (len(whole) - lead)]
+                    if ephemeral and len(whole) > lead else []}
+        got = outcome(fast[who], **call, **args)
+        if os.environ.get("REVIEW_TRACE"):
+            print(fmt, budget, kind, who, len(call["messages"]), got[:60])
+        with full_computation():  # fed copies: the host's later edits never reach it
+            assert got == outcome(full[who], **json.loads(json.dumps(call)), **args)
+        reply = json.loads(got)[0]
+        last = reply.get("last_message_id")
+        if last is not None:
+            heads.append(last)
+        sent = upto
