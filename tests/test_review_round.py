@@ -49,6 +49,14 @@ def test_a_deleted_ledger_file_is_written_again_whole(tmp_path):
         assert len(records) == len(conversation(4))
         session = Ledger(home).session("s")  # a new process reads the whole path back
         assert len(session.path_ids()) == len(conversation(4))
+        # Deleted again: the head this process knew is no longer stored (UNKNOWN_AFTER_ID, as
+        # in a process that never read the file), not expanded from memory.
+        head = json.loads(got)[0]["last_message_id"]
+        os.remove(home / "ledger" / "s.jsonl")
+        with full_computation() if reference else open(os.devnull):
+            gone = json.loads(outcome(svc, messages=[{"role": "user", "content": "more"}],
+                                      after_id=head, **ARGS))[0]
+        assert gone.get("error") == "UNKNOWN_AFTER_ID"
 
 
 def test_a_message_the_host_changes_in_place_after_the_call_stays_as_stored(tmp_path):
