@@ -47,6 +47,7 @@ import operator
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -60,9 +61,11 @@ from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identi
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
 from context_paging.paging.distill import Decision
+from context_paging.paging.formats import detached
 from context_paging.paging.request import common_start
 
 log = logging.getLogger("context_paging")
+OPEN_SESSIONS = 64  # ledger sessions kept read in memory (Ledger.session)
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -120,7 +123,20 @@ class LedgerSession:
         self._flush_lock = threading.Lock()
 
     def refresh(self) -> None:
-        if not self.path.exists() or self.cursor.unchanged():
+        if not self.path.exists():
+            # Deleted since this session was read (by hand, or another server sharing the
+            # home): what it held is gone, so forget it too, or the next append would take
+            # those messages as stored and write only the rest (a file whose path breaks).
+            if self.cursor.inode != -1 or self.records or self.head is not None:
+                self.cursor = FileCursor(str(self.path), str(self.path.parent))
+                self.records, self.head, self.issues = {}, None, []
+                self.decisions = []
+                self._converted = {}
+                self._items = None
+                self._path = self._projected = None
+                self._chain = []
+            return
+        if self.cursor.unchanged():
             return
         chunk, restarted = self.cursor.read()
         if restarted:
@@ -163,8 +179,10 @@ class LedgerSession:
                 continue
             record = self.records.get(message_id)
             if record is None:
+                # The record holds its own containers: a library host may edit its dicts in
+                # place after the call, and the record must stay what was written.
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
-                          "ts": now, "message": message}
+                          "ts": now, "message": detached(message)}
                 lines.append(dump_line(record))
                 self.records[message_id] = record
             elif record.get("parent") != parent:
@@ -483,15 +501,29 @@ class Ledger:
     def __init__(self, home: Path) -> None:
         self.directory = home / "ledger"
         self.state_directory = home / "state"
-        self._sessions: dict[str, LedgerSession] = {}
+        # The sessions read lately, each holding all its messages: a long-running server that
+        # sees many sessions keeps only the last OPEN_SESSIONS (a session dropped is read from
+        # its file again when it comes back; the file is the truth, as for another process).
+        self._sessions: OrderedDict[str, LedgerSession] = OrderedDict()
 
     def session(self, ref: str) -> LedgerSession:
         name = check_session_id(ref)
         session = self._sessions.get(name)
         if session is None:
             session = self._sessions[name] = LedgerSession(self.directory, name)
+            self._forget_oldest()
+        else:
+            self._sessions.move_to_end(name)
         session.refresh()
         return session
+
+    def _forget_oldest(self) -> None:
+        """Drop the least recently used sessions past OPEN_SESSIONS, except one whose appends
+        are not known to be on disk yet (its :meth:`synced` must still find them)."""
+        excess = len(self._sessions) - OPEN_SESSIONS
+        for name in list(self._sessions)[:max(0, excess)]:
+            if not self._sessions[name]._flushing:
+                del self._sessions[name]
 
     def synced(self, ref: str) -> None:
         """:meth:`LedgerSession.synced` for a session this ledger has open (nothing to wait

@@ -79,6 +79,8 @@ def strict(value: Any) -> Any:
     strings and other leaves shared, numbers wrapped in :class:`_Exact`; ``==`` against it is
     :func:`same`."""
     kind = type(value)
+    if kind is str:  # the most common leaf, shared
+        return value
     if kind is dict:
         return {k: strict(v) for k, v in value.items()}
     if kind is list:
@@ -87,6 +89,14 @@ def strict(value: Any) -> Any:
         return tuple(strict(v) for v in value)
     if kind in _NUMBERS:
         return _Exact(value)
+    # A subclass (an OrderedDict message, say) is copied too, as its plain kind: held as it
+    # is, an edit in place would leave it equal to itself and its old fingerprint reused.
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strict(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(strict(v) for v in value)
     return value
 
 

@@ -134,7 +134,7 @@ def to_views(messages: Sequence[dict[str, Any]], fmt: Format, resident: bool = T
     if fmt == "responses":
         return _responses_views(messages, resident, earlier, start)
     if fmt == "pi":
-        made = tuple(View(dict(m), i) for i, m in enumerate(messages[start:], start))
+        made = tuple(View(detached(m), i) for i, m in enumerate(messages[start:], start))
         return Views(fmt, (), earlier.views[:start] + made if start else made,  # type: ignore
                      (1,) * len(messages))
     convert = _anthropic_views if fmt == "anthropic" else _openai_views
@@ -153,6 +153,19 @@ def to_views(messages: Sequence[dict[str, Any]], fmt: Format, resident: bool = T
         parts.append(len(produced))
         _name_calls(named, index, produced[0].message, names)
     return Views(fmt, tuple(leading), tuple(views), tuple(parts), named=tuple(named))
+
+
+def detached(value: Any) -> Any:
+    """A copy of the JSON containers (dicts, lists; a tuple becomes a list, as JSON reads it
+    back), leaves shared: strings and numbers are immutable, so it costs the structure, not the
+    text. Views are kept for later calls (``earlier``): a library host may edit its own dicts
+    in place after a call, and a view must stay what the message was when it was read."""
+    kind = type(value)
+    if kind is dict or (kind is not str and isinstance(value, dict)):  # subclasses as dicts
+        return {k: detached(v) for k, v in value.items()}
+    if kind is list or kind is tuple or (kind is not str and isinstance(value, list | tuple)):
+        return [detached(v) for v in value]
+    return value
 
 
 def reusable(messages: Sequence[Any], fmt: Format, shared: int) -> int:
@@ -224,7 +237,7 @@ def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str])
             elif kind == "tool_use" and isinstance(block.get("id"), str):
                 names[block["id"]] = str(block.get("name", ""))
                 out.append({"type": "toolCall", "id": block["id"], "name": block.get("name", ""),
-                            "arguments": block.get("input", {})})
+                            "arguments": detached(block.get("input", {}))})
             elif kind == "text":
                 out.append({"type": "text", "text": block.get("text", "")})
             elif kind == "thinking":
@@ -360,7 +373,7 @@ def _openai_views(message: dict[str, Any], index: int, names: dict[str, str]) ->
                 raise FormatError(f"message {index} has a tool call without a string id")
             raw = function.get("arguments", "")
             try:
-                arguments = json.loads(raw) if isinstance(raw, str) else raw
+                arguments = json.loads(raw) if isinstance(raw, str) else detached(raw)
             except ValueError:
                 arguments = raw
             names[call_id] = str(function.get("name", ""))
@@ -575,7 +588,8 @@ def responses_call(item: dict[str, Any]) -> tuple[str, Any] | None:
     name = str(item.get("name") or ("local_shell" if kind == "local_shell_call" else ""))
     raw = item.get("arguments", item.get("input", item.get("action")))
     try:
-        arguments = json.loads(raw) if kind == "function_call" and isinstance(raw, str) else raw
+        arguments = (json.loads(raw) if kind == "function_call" and isinstance(raw, str)
+                     else detached(raw))
     except ValueError:
         arguments = raw
     return name, arguments
