@@ -551,11 +551,17 @@ def _number(value: float) -> float | int:
 def _form(reply: dict[str, Any], request: Request, reply_form: str) -> dict[str, Any]:
     """The reply in the asked form: as rendered, or with ``messages`` only the ones the host
     does not hold and ``window`` saying where each window message comes from (positions in the
-    whole conversation: with ``after_id``, the stored messages, then the new ones)."""
+    whole conversation: with ``after_id``, the stored messages, then the new ones), and
+    ``not_stored`` the positions of that conversation the server did not store (resident
+    leading messages, ephemeral ones): what the host leaves out of the list its next
+    ``after_id`` call's positions count over. Which leading messages are resident depends on
+    the format (Codex's set-up messages, for one), so the server says it rather than the host
+    working it out."""
     if reply_form != "positions":
         return reply
     made, parts = positions(reply["messages"], request.messages)
-    return reply | {"messages": made, "window": parts}
+    not_stored = [i for i, stored_id in enumerate(request.ids) if stored_id is None]
+    return reply | {"messages": made, "window": parts, "not_stored": not_stored}
 
 
 def _disabled(messages: Sequence[Any]) -> dict[str, Any]:

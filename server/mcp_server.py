@@ -337,7 +337,7 @@ async def select_context(
     summary = (deps.settings.get("server", "select_context_text") == "summary"
                and reply_form == "messages")
     return _reply(SelectContextResult(**reply), without="messages" if summary else None,
-                  omit=() if "window" in reply else ("window",))
+                  omit=() if "window" in reply else ("window", "not_stored"))
 
 
 async def paging_stats(deps: Deps,

@@ -81,6 +81,10 @@ class SelectContextResult(BaseModel):
         "Only with reply_form 'positions': the window in order, each part either {from, to} "
         "(the host's own messages conversation[from:to], sent unchanged) or {message: k} "
         "(messages[k]); messages then holds only what the server made or changed"))
+    not_stored: list[int] | None = Field(default=None, description=(
+        "Only with reply_form 'positions': positions of this call's conversation the server "
+        "did not store (resident leading messages, ephemeral ones); leave them out of the list "
+        "the next after_id call's positions count over"))
     distilled: list[dict[str, Any]] = Field(description=(
         "What this window carries shortened or left out, one entry each: tool_call_id (an "
         "output) or history_id (an omitted exchange), action (distill, remove, drop_image, "

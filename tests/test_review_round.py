@@ -90,15 +90,21 @@ def test_positions_with_after_id_count_without_every_resident_message(tmp_path):
         conv = lead + [m for n in range(3) for m in form_turn(fmt, n, 1, 30, True, False)]
         note = {"role": "user", "content": "a note sent once"}
         new = [m for n in range(3, 5) for m in form_turn(fmt, n, 1, 30, True, False)]
-        replies = {}
+        replies, firsts = {}, {}
         for form in ("positions", "messages"):
             svc = form_service(tmp_path / fmt / form, 3_000, True)
             first = svc.select("s", messages=[*conv, note], fmt=fmt, system="sys",
                                ephemeral=[len(conv)], reply_form=form)
+            firsts[form] = first
             replies[form] = svc.select("s", messages=[*new, dict(note)], fmt=fmt, system="sys",
                                        after_id=first["last_message_id"], ephemeral=[len(new)],
                                        reply_form=form)
         held = conv[len(lead):]  # less the ephemeral note and the resident lead
+        # ... which the positions reply names, so a host need not know the resident rules
+        sent = [*conv, note]
+        assert [m for i, m in enumerate(sent)
+                if i not in firsts["positions"]["not_stored"]] == held, fmt
+        assert replies["positions"]["not_stored"] == [len(held) + len(new)], fmt
         got = replies["positions"]
         window = rebuild(got["window"], got["messages"], [*held, *new, note])
         assert json.dumps(window) == json.dumps(replies["messages"]["messages"]), fmt

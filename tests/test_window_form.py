@@ -133,7 +133,7 @@ def check_call(full: ContextService, short: ContextService, conversation: list[d
     window = rebuild(got["window"], got["messages"], conversation)
     assert dumps(window) == dumps(expected["messages"])
     # The other fields are the same, in the same order; messages only the server's own.
-    rest = {k: v for k, v in got.items() if k not in ("messages", "window")}
+    rest = {k: v for k, v in got.items() if k not in ("messages", "window", "not_stored")}
     assert dumps(rest) == dumps({k: v for k, v in expected.items() if k != "messages"})
     assert len(got["messages"]) == sum("message" in p for p in got["window"])
     return expected, got
@@ -180,13 +180,15 @@ def test_the_window_rebuilt_from_positions_is_the_messages_form(
             conversation = host + new + extra
             args |= {"messages": conversation,
                      "ephemeral": [len(conversation) - 1] if extra else []}
-        last, _ = check_call(full, short, conversation, **args)
+        last, got = check_call(full, short, conversation, **args)
         host += new
         if "error" in last:
             return
         skip = set(to_views(conversation, fmt).resident) | set(
             [len(conversation) - 1] if extra else [])
-        stored = [m for k, m in enumerate(conversation) if k not in skip]
+        # The reply says what was not stored, so a host need not know the resident rules.
+        assert got["not_stored"] == sorted(skip)
+        stored = [m for k, m in enumerate(conversation) if k not in got["not_stored"]]
         if done >= len(exchanges):
             break
 
@@ -299,7 +301,9 @@ async def test_over_stdio_the_sdk_client_rebuilds_the_window_from_positions(tmp_
                 assert "window" not in expected
                 window = rebuild(got["window"], got["messages"], conversation)
                 assert dumps(window) == dumps(expected["messages"])
-                assert ({k: v for k, v in got.items() if k not in ("messages", "window")}
+                assert got["not_stored"] == []
+                assert ({k: v for k, v in got.items()
+                         if k not in ("messages", "window", "not_stored")}
                         == {k: v for k, v in expected.items() if k != "messages"})
                 shapes.add((got["mode"], bool(got["distilled"])))
                 stored = conversation
