@@ -299,10 +299,20 @@ class ContextService:
             shown = replace(shown, distilled=distilled, dropped=frozenset(
                 i for i, d in distilled.items() if d.message is None))
             held_estimates = estimates
-            estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
+            # Outputs left unjudged keep their lower bound (0) here too: judged, they could
+            # land with these edits and let the window keep more. If the window chosen with
+            # them at 0 keeps one, everything is judged and the window chosen again from the
+            # start; if it keeps none, their real sizes cannot change it (see the docstring).
+            deferred = bool(shown.deferred) and call.reach is not None
+            estimates, lazy = self.estimate(call, shown, lazy_allowed=deferred)
             calibration = self.calibrate(call, shown, estimates)
             cut = selection
             selection = self._selector(call, shown, estimates, calibration)
+            if lazy and not lazy.isdisjoint(selection.indexes):
+                shown = self.distill(call, full=True)
+                estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
+                return self.select_window(call, _Chosen(None, shown, estimates, lazy,
+                                                        first.calibration))
             if (cut.cut_state != call.cut_state and selection.cut_state == call.cut_state
                     and selection.estimated_tokens > selection.target_tokens):
                 # The edits only just fit the window under its budget: the cut would follow

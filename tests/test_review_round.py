@@ -263,3 +263,26 @@ def test_two_servers_on_one_home_with_edits_in_place_answer_as_the_full_computat
         if last is not None:
             heads.append(last)
         sent = upto
+
+
+def test_an_output_left_unjudged_is_judged_when_landed_edits_could_bring_it_back(tmp_path):
+    """Found by the positions-form property test (hypothesis seed 1): a first window keeps two
+    large outputs (protected overflow); the next request ends the run, and the run-end pass
+    removes both. Only one lies within the reach the call judges; the other is left unjudged.
+    The removal that is judged lands with the cut, and the window is chosen again: with the
+    unjudged output counted at full size it still pages, whereas the full computation, having
+    removed both, fits everything within budget. The re-selection now keeps the unjudged output
+    at its lower bound, sees the window would keep it, and judges everything."""
+    fmt = "pi"
+    first = form_turn(fmt, 0, 2, 75, False, False)
+    second = form_turn(fmt, 1, 0, 0, False, False) + [{"role": "user", "content": "go on"}]
+    replies = {}
+    for reference in (True, False):
+        svc = form_service(tmp_path / str(reference), 300, True, reference=reference)
+        svc.select("s", messages=first, fmt=fmt, system="sys", token_budget=300)
+        reply = svc.select("s", messages=first + second, fmt=fmt, system="sys",
+                           token_budget=300)
+        replies[reference] = (json.dumps(reply), json.dumps(svc.ledger.load_state("s")))
+    assert json.loads(replies[True][0])["mode"] == "within_budget"
+    assert [d["action"] for d in json.loads(replies[True][0])["distilled"]] == ["remove"] * 2
+    assert replies[False] == replies[True]
