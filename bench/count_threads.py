@@ -40,8 +40,8 @@ def main() -> None:
     from context_paging.server import tokens
 
     forced = {"on": True}
-    configured = tokens._core_free
-    tokens._core_free = lambda: forced["on"]
+    configured = tokens.spare_core
+    tokens.spare_core = lambda: forced["on"]
     window_module.spare_core = lambda: forced["on"]
     count = tokens.text_counter()
     encoding = tokens.cl100k()
@@ -66,11 +66,11 @@ def main() -> None:
     a, b = pairs()
     print(f"52 KB count, p50 of {args.pairs}: whole {a:.2f} ms, two threads {b:.2f} ms "
           f"(x{b / a:.2f})  load {os.getloadavg()[0]:.1f}")
-    tokens._core_free = configured
+    tokens.spare_core = configured
     a, b = pairs()
     print(f"the same, as configured (splits now: {configured()}): whole {a:.2f} ms, counter "
           f"{b:.2f} ms (x{b / a:.2f})")
-    tokens._core_free = lambda: forced["on"]
+    tokens.spare_core = lambda: forced["on"]
 
     messages = sb.workload()
     services = {}

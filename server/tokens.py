@@ -117,7 +117,9 @@ def split_point(text: str) -> int | None:
 def _count_split(whole: Callable[[str], int], helper: ThreadPoolExecutor, text: str) -> int:
     """``whole(text)``; a large text in two pieces, the second on the helper thread, when a
     core is likely free for it."""
-    point = split_point(text) if len(text) >= SPLIT_CHARS and _core_free() else None
+    # Only when the load leaves a core free (index.window_estimate.spare_core): on a 2-core
+    # machine under a load of 3 a split 52 KB count took 1.1-1.2x the whole count's time.
+    point = split_point(text) if len(text) >= SPLIT_CHARS and spare_core() else None
     if point is None:
         return whole(text)
     try:
@@ -125,12 +127,6 @@ def _count_split(whole: Callable[[str], int], helper: ThreadPoolExecutor, text: 
     except RuntimeError:  # the interpreter is shutting down
         return whole(text)
     return whole(text[:point]) + later.result()
-
-
-def _core_free() -> bool:
-    """:func:`index.window_estimate.spare_core`: measured on a 2-core machine under a load of
-    3, a split 52 KB count took 1.1-1.2x the whole count's time (bench figures in the README)."""
-    return spare_core()
 
 
 @functools.cache

@@ -30,6 +30,7 @@ from context_paging.paging.units import normalize
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tests.test_read_reuse import prints, taken
 from tests.test_window_cost import outcome
 
 
@@ -509,7 +510,6 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
     """``paging.request.read`` with ``earlier`` (the session's previous request) gives the same
     value as without, for an ``after_id`` request and for the whole conversation, in every
     format."""
-    from context_paging.index.ledger import fingerprint
     from context_paging.paging.request import read
 
     conversations = {
@@ -541,10 +541,6 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
             {"role": "user", "content": "again"}],
     }
     messages = conversations[fmt]
-
-    def prints(batch):
-        return lambda skip: [None if i in skip else fingerprint(m) for i, m in enumerate(batch)]
-
     reused = valid = unchanged = 0
     for upto in range(1, len(messages)):
         try:
@@ -569,16 +565,6 @@ def test_a_request_read_on_the_previous_one_is_the_request_read_from_scratch(fmt
     # Responses: not when the earlier request ends in a run of model items (it may go on)
     assert valid >= 2 and 0 < reused == unchanged <= valid
     assert fmt == "responses" or reused == valid
-
-
-def taken(request, earlier) -> int:
-    """How many leading views ``request`` took from ``earlier`` (the very objects)."""
-    count = 0
-    for view, before in zip(request.views.views, earlier.views.views):  # noqa: B905
-        if view is not before:
-            break
-        count += 1
-    return count
 
 
 

@@ -101,7 +101,7 @@ def test_the_recorded_sessions_texts_add_up(path):
 
 
 def test_large_texts_are_counted_in_two_pieces_as_the_whole(monkeypatch):
-    monkeypatch.setattr(tokens, "_core_free", lambda: True)
+    monkeypatch.setattr(tokens, "spare_core", lambda: True)
     count = tokens.text_counter()
     texts = [bench_output(n) for n in range(3)]
     texts.append("line of output\n" * 5_000)  # split points everywhere
