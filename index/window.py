@@ -287,10 +287,7 @@ class ContextService:
                 raise
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
-            if shown.deferred:  # judge the outputs left unjudged too: the full pass
-                shown = self.distill(call, full=True)
-            estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
-            selection = self._selector(call, shown, estimates, calibration)
+            return self.select_window(call, self._everything(call, shown, calibration))
         assert selection is not None
         landed = self._landing(call, shown, selection)
         if landed:  # one re-write carries every edit that lands: select again with them
@@ -309,10 +306,8 @@ class ContextService:
             cut = selection
             selection = self._selector(call, shown, estimates, calibration)
             if lazy and not lazy.isdisjoint(selection.indexes):
-                shown = self.distill(call, full=True)
-                estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
-                return self.select_window(call, _Chosen(None, shown, estimates, lazy,
-                                                        first.calibration))
+                return self.select_window(call, self._everything(call, shown,
+                                                                 first.calibration))
             if (cut.cut_state != call.cut_state and selection.cut_state == call.cut_state
                     and selection.estimated_tokens > selection.target_tokens):
                 # The edits only just fit the window under its budget: the cut would follow
@@ -321,6 +316,16 @@ class ContextService:
                 saved = sum(held_estimates[i] - estimates[i] for i in cut.indexes)
                 selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
         return _Chosen(selection, shown, estimates, lazy, calibration)
+
+    def _everything(self, call: _Call, shown: _Shown,
+                    calibration: Calibration | None) -> _Chosen:
+        """The window's input with every view counted, and every output judged when some were
+        left unjudged (the full pass, from scratch): chosen on it, no window keeps a lower
+        bound, so :meth:`select_window` needs no second look."""
+        if shown.deferred:
+            shown = self.distill(call, full=True)
+        estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
+        return _Chosen(None, shown, estimates, lazy, calibration)
 
     def _selector(self, call: _Call, shown: _Shown, estimates: list[float],
                   calibration: Calibration | None) -> Selection:
