@@ -1,0 +1,100 @@
+"""Progress on stderr: a bar on a terminal, plain lines otherwise, never quiet for long."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from context_paging.server.cli import main
+from context_paging.server.demo import sample_path
+from context_paging.server.progress import QUIET_LIMIT, Progress, render
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_plain_lines_come_at_once_for_a_new_step_then_at_most_every_two_seconds():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, tty=False, clock=clock)
+    progress(0, 10, "replaying")
+    clock.now += 0.5
+    progress(1, 10, "replaying")  # too soon after the first line
+    clock.now += QUIET_LIMIT
+    progress(2, 10, "replaying")
+    progress(10, 10, "replaying")  # the end is always said
+    lines = out.getvalue().splitlines()
+    assert [line.split("] ")[1] for line in lines] == [
+        "0/10 replaying (0 s)", "2/10 replaying (2 s)", "10/10 replaying (2 s)"]
+    assert all(line.startswith("context-paging: [") for line in lines)
+
+
+def test_a_step_that_reports_nothing_is_repeated_with_its_time_when_quiet_too_long():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, tty=False, clock=clock)
+    progress.phase("writing the index")  # said only if it lasts
+    clock.now += 1.0
+    progress.tick()
+    assert out.getvalue() == ""
+    clock.now += 0.5
+    progress.tick()
+    clock.now += 1.0
+    progress.tick()  # quiet again for less than the limit
+    clock.now += 1.0
+    progress.tick()
+    assert out.getvalue().splitlines() == ["context-paging: writing the index (2 s)",
+                                           "context-paging: writing the index (4 s)"]
+    assert QUIET_LIMIT == 2.0
+
+
+def test_on_a_terminal_the_bar_is_redrawn_in_place_and_cleared_before_stdout_text(capsys):
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, tty=True, clock=clock)
+    progress(3, 6, "replaying")
+    assert out.getvalue().startswith("\r[###############...............] 3/6 replaying")
+    progress.emit("a row of the report")
+    assert out.getvalue().endswith("\r" + " " * 118 + "\r")
+    assert capsys.readouterr().out == "a row of the report\n"
+
+
+def test_a_phase_without_a_total_shows_no_bar():
+    assert render(0, None, "reading the session file", 4.2) == "reading the session file (4 s)"
+
+
+def test_a_replay_reports_progress_on_stderr_and_keeps_stdout_pure_json(tmp_path, capsys):
+    argv = ["--home", str(tmp_path / "home"), "replay", "--session", str(sample_path()),
+            "--estimator", "chars4", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # nothing but the JSON document
+    steps = [line.split(": ", 1)[1] for line in captured.err.splitlines()
+             if line.startswith("context-paging: ")]
+    requests = len(report["requests"])
+    bars = [s for s in steps if s.startswith("[")]
+    assert bars[0].startswith(f"[{'.' * 30}] 0/{requests} replaying requests")
+    assert bars[-1].startswith(f"[{'#' * 30}] {requests}/{requests} replaying requests")
+
+
+def test_quiet_turns_the_progress_off(tmp_path, capsys):
+    argv = ["--home", str(tmp_path / "home"), "replay", "--session", str(sample_path()),
+            "--estimator", "chars4", "--summary", "--quiet"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "STRATEGY" in captured.out
+    assert "context-paging:" not in captured.err
+
+
+def test_replay_takes_the_session_as_a_flag_or_positionally_with_the_same_report(tmp_path,
+                                                                                  capsys):
+    base = ["--home", str(tmp_path / "home"), "replay", "--estimator", "chars4", "--json", "-q"]
+    assert main([*base, "--session", str(sample_path())]) == 0
+    by_flag = json.loads(capsys.readouterr().out)
+    assert main([*base, str(sample_path())]) == 0
+    by_position = json.loads(capsys.readouterr().out)
+    for report in (by_flag, by_position):
+        report.pop("seconds"), report.pop("cpu_seconds")
+    assert by_flag == by_position
