@@ -131,10 +131,10 @@ def _stop_on_interrupt(history, lock: threading.Lock) -> None:
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    history = _history(settings)
-    with progress_for(args) as progress:
+    with progress_for(args, patient=True) as progress:
+        progress.phase("reading the session and searching")
+        history = _history(settings)
         try:
-            progress.phase("reading the session and searching")
             reply = history.search(
                 args.query, args.session, args.scope, args.file or (), args.tool or (),
                 args.failed, args.limit, progress=progress, directory=args.project,
@@ -161,11 +161,11 @@ def _print_search(args: argparse.Namespace, reply, progress) -> None:
 
 
 def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
-    history = _history(settings)
     with progress_for(args) as progress:
+        progress.phase("looking for changed sessions" if args.all else "starting")
+        history = _history(settings)
         try:
             if args.all:
-                progress.phase("looking for changed sessions")
                 changed = history.index_all(progress)
                 message = f"Index up to date: {changed} session(s) added or updated."
             else:

@@ -1,8 +1,9 @@
 """Progress of long CLI commands on stderr, so a command is never silent for more than 2 s.
 
 On a terminal it is one redrawn bar (or a phase message with a spinner when the amount of work
-is unknown); otherwise plain lines: a counted step's first at once, then at most one every 2 s,
-and a step of unknown size only once it has lasted 1.5 s. A ticker
+is unknown); otherwise plain lines: a phase and the first count after it at once, then at most
+one line every 2 s, and the end. A command that is usually quick (a search) reports nothing in
+its first 0.75 s. A ticker
 thread repeats the current state with the seconds elapsed whenever nothing else was written for
 a while, which covers the steps that report nothing themselves (an index commit, a session
 being parsed). stdout is never written, so ``--json`` output stays clean; ``--quiet`` turns it
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 QUIET_LIMIT = 2.0  # seconds without a word, at most
+PATIENCE = 0.75  # seconds a patient reporter keeps quiet at first
 BAR_WIDTH = 30
 SPINNER = "|/-\\"
 
@@ -27,11 +29,15 @@ class Progress:
     draws on stderr. ``total`` None (or 0) means the amount of work is unknown: a phase."""
 
     def __init__(self, stream: TextIO | None = None, tty: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic, every: float = QUIET_LIMIT):
+                 clock: Callable[[], float] = time.monotonic, every: float = QUIET_LIMIT,
+                 patient: bool = False):
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.clock = clock
         self.every = every
+        # Patient: say nothing in the first 0.75 s, for a command that is usually quick (a
+        # search) and only sometimes long (the first one, which reads and indexes a session).
+        self.patient = patient
         self.started = clock()
         self.last_written: float | None = None
         self.state: tuple[float, float | None, str] | None = None
@@ -45,15 +51,15 @@ class Progress:
 
     def __call__(self, done: float, total: float | None, message: str) -> None:
         with self._lock:
-            # A new counted step is said at once; a phase (unknown total) only once it lasts,
-            # so a command that finishes quickly stays as quiet as it was.
-            first = bool(total) and (self.state is None or self.state[2] != message)
+            # A phase, and the first count after one, is said at once; then plain lines come
+            # at most every 2 s, a bar at most ten times a second, and the end always.
+            first = self.state is None or not total or self.state[1] != total
             self.state = (done, total, message)
             now = self.clock()
             finished = bool(total) and done >= total
-            limit = 0.1 if self.tty else self.every  # a bar redraws at most ten times a second
-            if self.tty and total is None:
-                limit = 0.0
+            limit = 0.1 if self.tty else self.every
+            if self._waiting(now):
+                return
             if first or finished or self._quiet_for(now) >= limit:
                 self._write(now)
 
@@ -73,7 +79,9 @@ class Progress:
         with self._lock:
             now = self.clock()
             limit = 0.25 if self.tty else self.every - 0.5  # the ticker wakes every 0.25 s
-            if self.state is not None and self._quiet_for(now) >= limit:
+            held = self.last_written is None  # a patient reporter's first line is due
+            if self.state is not None and not self._waiting(now) and (
+                    held or self._quiet_for(now) >= limit):
                 self._write(now)
 
     # --- lifetime ---------------------------------------------------------------------------
@@ -95,6 +103,9 @@ class Progress:
             self.tick()
 
     # --- drawing ----------------------------------------------------------------------------
+
+    def _waiting(self, now: float) -> bool:
+        return self.patient and now - self.started < PATIENCE
 
     def _quiet_for(self, now: float) -> float:
         return now - (self.last_written if self.last_written is not None else self.started)
@@ -149,9 +160,9 @@ class Silent:
         pass
 
 
-def progress_for(args: object) -> Progress | Silent:
+def progress_for(args: object, patient: bool = False) -> Progress | Silent:
     """The reporter a command's ``--quiet`` flag asks for."""
-    return Silent() if getattr(args, "quiet", False) else Progress()
+    return Silent() if getattr(args, "quiet", False) else Progress(patient=patient)
 
 
 def add_quiet(parser) -> None:

@@ -18,37 +18,49 @@ class Clock:
         return self.now
 
 
-def test_plain_lines_come_at_once_for_a_new_step_then_at_most_every_two_seconds():
+def test_plain_lines_come_at_once_for_a_new_count_then_at_most_every_two_seconds():
     clock, out = Clock(), io.StringIO()
     progress = Progress(out, tty=False, clock=clock)
-    progress(0, 10, "replaying")
+    progress(0, 10, "indexing a")
     clock.now += 0.5
-    progress(1, 10, "replaying")  # too soon after the first line
+    progress(1, 10, "indexing b")  # too soon after the first line, though it names another
     clock.now += QUIET_LIMIT
-    progress(2, 10, "replaying")
-    progress(10, 10, "replaying")  # the end is always said
+    progress(2, 10, "indexing c")
+    progress(10, 10, "done")  # the end is always said
     lines = out.getvalue().splitlines()
     assert [line.split("] ")[1] for line in lines] == [
-        "0/10 replaying (0 s)", "2/10 replaying (2 s)", "10/10 replaying (2 s)"]
+        "0/10 indexing a (0 s)", "2/10 indexing c (2 s)", "10/10 done (2 s)"]
     assert all(line.startswith("context-paging: [") for line in lines)
 
 
-def test_a_step_that_reports_nothing_is_repeated_with_its_time_when_quiet_too_long():
+def test_a_phase_is_said_at_once_and_repeated_with_its_time_while_it_lasts():
     clock, out = Clock(), io.StringIO()
     progress = Progress(out, tty=False, clock=clock)
-    progress.phase("writing the index")  # said only if it lasts
+    progress.phase("writing the index")
     clock.now += 1.0
-    progress.tick()
-    assert out.getvalue() == ""
+    progress.tick()  # quiet for less than the limit
     clock.now += 0.5
     progress.tick()
     clock.now += 1.0
-    progress.tick()  # quiet again for less than the limit
+    progress.tick()
     clock.now += 1.0
     progress.tick()
-    assert out.getvalue().splitlines() == ["context-paging: writing the index (2 s)",
+    assert out.getvalue().splitlines() == ["context-paging: writing the index (0 s)",
+                                           "context-paging: writing the index (2 s)",
                                            "context-paging: writing the index (4 s)"]
     assert QUIET_LIMIT == 2.0
+
+
+def test_a_patient_reporter_says_nothing_if_the_command_ends_within_three_quarters_of_a_second():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, tty=False, clock=clock, patient=True)
+    progress.phase("reading the session and searching")
+    clock.now += 0.5
+    progress.tick()
+    assert out.getvalue() == ""
+    clock.now += 0.25
+    progress.tick()
+    assert out.getvalue() == "context-paging: reading the session and searching (1 s)\n"
 
 
 def test_on_a_terminal_the_bar_is_redrawn_in_place_and_cleared_before_stdout_text(capsys):
