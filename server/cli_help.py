@@ -113,6 +113,14 @@ def reference(parser: argparse.ArgumentParser) -> str:
            "progress, warnings and errors go to stderr. Long commands (`replay`, `index`, a "
            "first `search`, `demo`) show progress on stderr, a bar on a terminal and a plain "
            "line every 2 s otherwise; `--quiet` turns it off.", "",
+           "A session is named by `--session REF` everywhere: `pi:<id>`, `claude:<id>`, "
+           "`codex:<id>`, `ledger:<id>`, a bare id that matches one session, or a path inside "
+           "a configured session folder; without it, the newest session run in the current "
+           "directory is used. `sessions` lists them with their project (working directory) "
+           "and marks subagents with their parent. `stats` on an agent's own session file says "
+           "it was not paged by this tool (requests paged through the proxy or "
+           "`select_context` are reported under their `ledger:` session) and shows the model's "
+           "context window when the file names the model.", "",
            "## Options before the command", "", *_options(_top_level(parser)), ""]
     for group, rows in grouped(commands).items():
         out += [f"## {group[0].upper() + group[1:]}", ""]
