@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from context_paging.server.cli import main
 from context_paging.server.demo import sample_path
 from context_paging.server.progress import QUIET_LIMIT, Progress, render
@@ -110,3 +111,11 @@ def test_replay_takes_the_session_as_a_flag_or_positionally_with_the_same_report
     for report in (by_flag, by_position):
         report.pop("seconds"), report.pop("cpu_seconds")
     assert by_flag == by_position
+
+
+def test_replay_refuses_two_different_sessions_and_asks_for_one_when_none_is_given(tmp_path):
+    base = ["--home", str(tmp_path / "home"), "replay", "-q"]
+    with pytest.raises(SystemExit, match="give one"):
+        main([*base, "--session", str(sample_path()), "pi:another"])
+    with pytest.raises(SystemExit, match="needs a session: --session REF"):
+        main(base)
