@@ -43,6 +43,7 @@ from context_paging.index.stats import Stats
 from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
+from context_paging.paging.models import model_window
 
 log = logging.getLogger("context_paging")
 
@@ -297,6 +298,8 @@ class History:
                 canonical, docs, state = value
                 if stored.get(canonical) != state:
                     yield canonical, docs, state
+            if progress:  # the commit that follows reports nothing itself
+                progress(total, None, "writing the index")
 
         results = self.store.sync_many(batches())
         if progress:
@@ -530,17 +533,21 @@ def file_stats(ref: str, session: SessionFile, enabled: bool = True,
     conversation = session.conversation
     chars = 0
     last_usage = None
+    model = None
     for message in conversation.messages:
         chars += sum(len(block_text(b)) for b in message.content)
         if message.role == "assistant" and message.usage is not None:
             last_usage = message.usage
+        if message.role == "assistant" and message.model:
+            model = message.model
     usage = conversation.usage
     return Stats(
         session=ref, enabled=enabled, stored_bytes=session.cursor.size,
         history_tokens=-(-chars // 4),
         input_tokens=(last_usage.input + last_usage.cache_read + last_usage.cache_write)
         if last_usage else None,
-        input_measured=last_usage is not None, budget_tokens=budget, model_window=None,
+        input_measured=last_usage is not None, budget_tokens=budget,
+        model_window=model_window(model),
         cache_read_tokens=usage.cache_read if usage else None,
         cache_write_tokens=usage.cache_write if usage else None,
     )

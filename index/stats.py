@@ -88,18 +88,37 @@ def _row(label: str, value: str) -> str:
     return f"  {label:<{LABEL_WIDTH}}{value}"
 
 
+NOT_PAGED = ("  An agent's own session file: its requests did not go through this tool. "
+             "Requests paged\n  by `context-paging proxy` or select_context are reported "
+             "under their ledger: session.")
+
+
+def _share(part: float | None, whole: float | None) -> str:
+    return "" if part is None or not whole else f"   ({part / whole * 100:.1f}% used)"
+
+
 def render(stats: Stats) -> str:
     def maybe(value: float | None, prefix: str = "") -> str:
         return "unavailable" if value is None else prefix + _grouped(value)
 
+    # Only a ledger session's requests are chosen by the window; an agent's session file holds
+    # what the agent sent, so its budget is the configured one, not one it was held to.
+    paged = stats.session.startswith("ledger:")
     budget = maybe(stats.budget_tokens)
     if stats.budget_tokens is not None:
-        if not stats.enabled:
+        if not paged:
+            budget += "   (configured; not applied to this session)"
+        elif not stats.enabled:
             budget += "   (inactive)"
-        elif stats.input_tokens is not None and stats.budget_tokens > 0:
-            budget += f"   ({stats.input_tokens / stats.budget_tokens * 100:.1f}% used)"
+        else:
+            budget += _share(stats.input_tokens, stats.budget_tokens)
+    window = maybe(stats.model_window) + _share(stats.input_tokens, stats.model_window)
+    if paged:
+        head = [f"Context paging: {'on' if stats.enabled else 'off'}   ({stats.session})"]
+    else:
+        head = [f"Context paging: not paged by this tool   ({stats.session})", NOT_PAGED]
     lines = [
-        f"Context paging: {'on' if stats.enabled else 'off'}   ({stats.session})",
+        *head,
         "",
         "SESSION — complete saved history",
         _row("Stored size", _size(stats.stored_bytes)),
@@ -108,7 +127,7 @@ def render(stats: Stats) -> str:
         "CONTEXT — latest model request",
         _row("Input tokens", maybe(stats.input_tokens, "" if stats.input_measured else "~")),
         _row("Paging budget", budget),
-        _row("Model window", maybe(stats.model_window)),
+        _row("Model window", window),
     ]
     if stats.mode is not None:
         lines.append(_row("Selection", f"{stats.mode}, {stats.evicted_messages or 0} evicted"))

@@ -18,7 +18,8 @@ from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.server import clients, terminal_cli
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
-from context_paging.server.terminal_cli import print_json, render_references
+from context_paging.server.progress import add_quiet, progress_for
+from context_paging.server.terminal_cli import json_text, print_json, render_references
 
 from context_paging import __version__
 
@@ -39,20 +40,36 @@ def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def render_sessions(summaries: Sequence[SessionSummary]) -> str:
-    """A readable table: reference, last update, size, title."""
-    rows = [("SESSION", "UPDATED (UTC)", "SIZE", "TITLE")]
+def render_sessions(summaries: Sequence[SessionSummary], home: str | None = None) -> str:
+    """A readable table: reference, last update, size, project, title; a subagent's title
+    says whose subagent it is."""
+    home = home if home is not None else os.path.expanduser("~")
+    rows = [("SESSION", "UPDATED (UTC)", "SIZE", "PROJECT", "TITLE")]
     for s in summaries:
         updated = (s.updated or "")[:19].replace("T", " ")
         title = (s.title or "(untitled)").replace("\n", " ")
-        if len(title) > 60:
-            title = title[:59] + "…"
-        rows.append((s.ref, updated, _size(s.size), title))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        if s.parent:
+            source, _, parent = s.parent.partition(":")
+            title = f"[subagent of {source}:{parent[:8]}] {title}"
+        rows.append((s.ref, updated, _size(s.size), _project(s.cwd, home), _cut(title, 60)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3]
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
         for row in rows
     )
+
+
+def _project(cwd: str | None, home: str) -> str:
+    """The working directory, ``~`` for the home, its last 30 characters when longer."""
+    if not cwd:
+        return "-"
+    if home and (cwd == home or cwd.startswith(home.rstrip("/") + "/")):
+        cwd = "~" + cwd[len(home.rstrip("/")):]
+    return cwd if len(cwd) <= 30 else "…" + cwd[-29:]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _size(size: int) -> str:
@@ -114,77 +131,54 @@ def _stop_on_interrupt(history, lock: threading.Lock) -> None:
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    history = _history(settings)
-    try:
-        reply = history.search(
-            args.query, args.session, args.scope, args.file or (), args.tool or (),
-            args.failed, args.limit, progress=_progress_bar(), directory=args.project,
-        )
-    finally:
-        history.close()
+    with progress_for(args, patient=True) as progress:
+        progress.phase("reading the session and searching")
+        history = _history(settings)
+        try:
+            reply = history.search(
+                args.query, args.session, args.scope, args.file or (), args.tool or (),
+                args.failed, args.limit, progress=progress, directory=args.project,
+            )
+            _print_search(args, reply, progress)
+            progress.phase("bringing the search index up to date for the next search")
+        finally:
+            history.close()
+    return 0 if reply.references else 1
+
+
+def _print_search(args: argparse.Namespace, reply, progress) -> None:
     if args.json:
         from context_paging.server.mcp_server import search_result
 
-        print_json(search_result(reply).model_dump())
-        return 0 if reply.references else 1
+        progress.emit(json_text(search_result(reply).model_dump()))
+        return
     if not reply.references:
-        print(f"No match for {args.query!r}.")
-        return 1
-    print(render_references(reply.references))
+        progress.emit(f"No match for {args.query!r}.")
+        return
+    progress.emit(render_references(reply.references))
     if reply.note:
-        print(reply.note)
-    return 0
+        progress.emit(reply.note)
 
 
 def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
-    history = _history(settings)
-    try:
-        if args.all:
-            changed = history.index_all(_progress_bar())
-            print(f"Index up to date: {changed} session(s) added or updated.")
-        else:
-            ref = history.resolve_default(args.session)
-            result = history.ensure_indexed(ref)
-            print(f"{ref}: " + ("already up to date." if result is None else
-                                f"{result.added} added, {result.updated} updated, "
-                                f"{result.removed} removed."))
-    finally:
-        history.close()
+    with progress_for(args) as progress:
+        progress.phase("looking for changed sessions" if args.all else "starting")
+        history = _history(settings)
+        try:
+            if args.all:
+                changed = history.index_all(progress)
+                message = f"Index up to date: {changed} session(s) added or updated."
+            else:
+                ref = history.resolve_default(args.session)
+                progress.phase(f"indexing {ref}")
+                result = history.ensure_indexed(ref)
+                message = f"{ref}: " + ("already up to date." if result is None else
+                                        f"{result.added} added, {result.updated} updated, "
+                                        f"{result.removed} removed.")
+        finally:
+            history.close()
+    print(message)
     return 0
-
-
-def _progress_bar():
-    """A one-line progress bar on stderr; when stderr is not a terminal, a plain line every
-    5 seconds (a long ``index --all`` is never silent)."""
-    if not sys.stderr.isatty():
-        return _progress_lines()
-
-    def show(done: float, total: float | None, message: str) -> None:
-        if not total:
-            return
-        width = 30
-        filled = int(width * done / total)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} "
-                         f"{message[:50]:<50}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return show
-
-
-def _progress_lines(every: float = 5.0):
-    import time
-
-    last = [time.monotonic()]
-
-    def show(done: float, total: float | None, message: str) -> None:
-        now = time.monotonic()
-        if total and (now - last[0] >= every or done >= total):
-            last[0] = now
-            print(f"context-paging: {int(done)}/{int(total)} {message}", file=sys.stderr)
-
-    return show
 
 
 def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
@@ -212,10 +206,11 @@ def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.server.demo import run_demo
 
-    return run_demo(args)
+    with progress_for(args) as progress:
+        return run_demo(args, progress.emit, progress)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="context-paging",
         description="A rolling context window for coding agents, "
@@ -231,9 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sessions = commands.add_parser("sessions", help="list Pi, Claude Code and Codex sessions")
-    sessions.add_argument("--source", choices=("pi", "claude", "codex"))
+    sessions.add_argument("--source", choices=("pi", "claude", "codex"),
+                          help="only this agent's sessions (default: all three)")
     sessions.add_argument("--project", help="only sessions whose working directory is this path")
-    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--limit", type=int, default=50,
+                          help="at most this many, newest first (default 50)")
     sessions.add_argument("--json", action="store_true", help="the list as JSON")
     sessions.set_defaults(run=_cmd_sessions)
 
@@ -243,21 +240,29 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_cmd_serve)
 
     search = commands.add_parser("search", help="search session history")
-    search.add_argument("query")
+    search.add_argument("query", help="words, \"a phrase\", a path or an identifier; at "
+                        "most 200 characters")
     search.add_argument("--session", help="session reference (default: this directory's newest)")
-    search.add_argument("--scope", choices=("session", "project", "all"), default="session")
+    search.add_argument("--scope", choices=("session", "project", "all"), default="session",
+                        help="search one session (default), every session of a project "
+                        "directory, or every session under the roots")
     search.add_argument("--project", help="with --scope project: this directory "
                         "(default: the session's, else the current directory)")
     search.add_argument("--file", action="append", help="only turns that touched this path")
     search.add_argument("--tool", action="append", help="only turns that called this tool")
-    search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None)
-    search.add_argument("--limit", type=int, default=5, choices=range(1, 11), metavar="1-10")
+    search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None,
+                        help="only turns whose tool call failed (--no-failed: only turns "
+                        "without a failure; default: both)")
+    search.add_argument("--limit", type=int, default=5, choices=range(1, 11), metavar="1-10",
+                        help="references to return (default 5)")
     search.add_argument("--json", action="store_true", help="the search_history reply as JSON")
+    add_quiet(search)
     search.set_defaults(run=_cmd_search)
 
     index = commands.add_parser("index", help="bring the search index up to date")
     index.add_argument("--session", help="session reference (default: this directory's newest)")
     index.add_argument("--all", action="store_true", help="every session under the roots")
+    add_quiet(index)
     index.set_defaults(run=_cmd_index)
 
     config = commands.add_parser("config", help="show the resolved settings and their sources")
@@ -274,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats.set_defaults(run=_cmd_stats)
     terminal_cli.add_commands(commands)
 
-    demo = commands.add_parser("demo", help="run the main job on bundled sample data")
+    demo = commands.add_parser("demo", help="a tour on a bundled sample session: the window "
+                               "request by request, then recovering what left it")
+    add_quiet(demo)
     demo.set_defaults(run=_cmd_demo)
 
     from context_paging.server import replay_cli
@@ -287,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     from context_paging.server.proxy_cli import add_commands as add_proxy_commands
 
     add_proxy_commands(commands)  # proxy, run, doctor, install-proxy
-    return parser
+    from context_paging.server import cli_help
+
+    return cli_help.finish(parser) if grouped_help else cli_help.describe(parser)
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:

@@ -27,6 +27,12 @@ from context_paging.index.window import ContextSettings
 from context_paging.server.tokens import text_counter
 
 Emit = Callable[[str], object]
+Report = Callable[[float, "float | None", str], object]  # done, total (None: unknown), message
+
+
+def _silent(done: float, total: float | None, message: str) -> None:
+    pass
+
 SAMPLE = "demo-session.jsonl"
 BUDGET = 12_000
 SESSION = "demo-flaky-checkout"
@@ -47,16 +53,34 @@ def sample_messages() -> list[dict[str, Any]]:
     return out
 
 
-def run_demo(args: argparse.Namespace | None = None, emit: Emit = print) -> int:
-    """Run the tour; ``emit`` writes one block of output (the CLI passes ``print``)."""
+def run_demo(args: argparse.Namespace | None = None, emit: Emit = print,
+             progress: Report = _silent) -> int:
+    """Run the tour; ``emit`` writes one block of output (the CLI passes ``print``) and
+    ``progress`` hears which step is running (the CLI draws it on stderr)."""
     with tempfile.TemporaryDirectory(prefix="context-paging-demo-") as tmp:
         history = History({"pi": None, "claude": None, "codex": None}, Path(tmp),
                           ContextSettings(token_budget=BUDGET), text_counter)
         try:
-            replay(history, emit)
+            replay(history, emit, progress)
+            progress(0, None, "searching the ledger, as the model would")
             return recover(history, f"ledger:{SESSION}", emit)
         finally:
             history.close()
+
+
+# What each mode in the table means, said once below it for the modes the run showed.
+MODE_MEANINGS = {
+    "within_budget": "the whole conversation fits the budget and is sent unchanged.",
+    "paged": "the oldest whole turns left the window; the notice below stands in their place.",
+    "protected_overflow": (
+        "the newest exchange alone is over the budget. That exchange (the latest request and "
+        "the tool outputs the model has not answered yet) is never cut, so the window is sent "
+        "above the budget, within the model's own window; once the model has answered, the "
+        "exchange is older history and the next request pages it out."),
+    "recovery": (
+        "even the newest exchange does not fit the model's window, so its tool outputs are "
+        "replaced by recall references the model can page back in."),
+}
 
 
 # Priced as a host without a prompt cache (paging/cache_cost.py): the short sample ends before
@@ -64,7 +88,8 @@ def run_demo(args: argparse.Namespace | None = None, emit: Emit = print) -> int:
 MODEL = "none/sample"
 
 
-def replay(history: History, emit: Emit) -> None:
+def replay(history: History, emit: Emit, progress: Report = _silent) -> None:
+    progress(0, None, "loading the tokenizer and preparing the first window")
     messages = sample_messages()
     emit(f"Replaying {len(messages)} messages of the sample session through select_context "
           f"(budget {BUDGET:,} tokens, cut target {BUDGET * 5 // 8:,}; a host without a "
@@ -74,7 +99,10 @@ def replay(history: History, emit: Emit) -> None:
     requests = [i for i, m in enumerate(messages) if m["role"] != "assistant"
                 and (i + 1 == len(messages) or messages[i + 1]["role"] == "assistant")]
     previous_notice = None
+    modes: list[str] = []
     for number, end in enumerate(requests, 1):
+        if number > 1:
+            progress(number - 1, len(requests), "replaying the sample session")
         outgoing = messages[: end + 1]
         reply = history.select_context(SESSION, outgoing, fmt="pi", system=SYSTEM,
                                        model=MODEL)
@@ -86,6 +114,8 @@ def replay(history: History, emit: Emit) -> None:
               f"{reply['estimated_tokens']:>13,.0f}  {reply['evicted_messages']:>7}  "
               f"{len(reply['distilled']):>9}  "
               f"{reply['mode']:<14} {reply['fallback_reason'] or '-'}{marker}")
+        modes.append(reply["mode"])
+    emit(explain_modes(modes))
     emit("\nThe notice the model sees in place of the evicted turns:\n")
     emit(textwrap.indent(previous_notice or "(none)", "  "))
     stats = history.stats(f"ledger:{SESSION}")
@@ -129,3 +159,13 @@ def recover(history: History, ref: str, emit: Emit) -> int:
     emit(f"\n$ recall tool_call_id={result['tool_call_id']!r} pattern='ERROR'")
     emit(textwrap.indent(recalled.text, "  "))
     return 0
+
+
+def explain_modes(modes: list[str]) -> str:
+    """One line per mode the table showed, in the order they first appeared."""
+    lines = ["\nWhat the modes mean:"]
+    for mode in dict.fromkeys(modes):
+        meaning = MODE_MEANINGS.get(mode, "see docs/window.md.")
+        lines.append(textwrap.fill(f"{mode}: {meaning}", 92, initial_indent="  ",
+                                   subsequent_indent="    "))
+    return "\n".join(lines)

@@ -37,12 +37,14 @@ def add_commands(commands: Any) -> None:
     run = commands.add_parser("run", help="run one agent command through a proxy on a free "
                               "port, e.g. context-paging run -- claude")
     _proxy_arguments(run)
-    run.add_argument("child", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    run.add_argument("child", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                     help="the agent and its arguments, after --")
     run.set_defaults(run=cmd_run)
 
     doctor = commands.add_parser("doctor", help="check the proxy is up, the agents point at it "
                                  "and requests are flowing")
-    doctor.add_argument("--port", type=int, default=DEFAULT_PORT)
+    doctor.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the port the proxy should be on (default {DEFAULT_PORT})")
     doctor.set_defaults(run=cmd_doctor)
 
     install = commands.add_parser("install-proxy", help="print (or --write) the settings that "
@@ -160,7 +162,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def install_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"))
+    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"),
+                        help="the agent to point at the proxy")
     parser.add_argument("--port", type=int, default=8787, help="the proxy's port (default 8787)")
     parser.add_argument("--write", action="store_true",
                         help="apply the changes (each file's previous version kept as .bak)")

@@ -258,11 +258,20 @@ def estimator(name: str) -> Callable[[dict[str, Any]], float]:
 # --- the replay -------------------------------------------------------------------------------
 
 
+Progress = Callable[[float, float | None, str], None]  # done, total (None: unknown), message
+
+
+def _silent(done: float, total: float | None, message: str) -> None:
+    pass
+
+
 def replay(path: str, options: ReplayOptions = ReplayOptions(),
-           progress: Callable[[int, int], None] | None = None) -> Replay:
+           progress: Progress = _silent) -> Replay:
     started, cpu = time.perf_counter(), time.process_time()
+    progress(0, None, "reading the session file")
     history_messages, messages = session_messages(path)
     ends = request_ends(messages)
+    progress(0, None, f"counting the tokens of {len(messages):,} messages")
     estimate = estimator(options.estimator)
     estimates = [float(estimate(m)) for m in messages]
     by_identity = {id(m): e for m, e in zip(messages, estimates, strict=False)}
@@ -284,8 +293,7 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
         try:
             last = _Window([], "", None, set())
             for n, end in enumerate(ends):
-                if progress:
-                    progress(n, len(ends))
+                progress(n, len(ends), "replaying requests through select_context")
                 try:
                     reply = service.select_context(
                         LEDGER, messages[:end], fmt="pi", model=options.model,
@@ -308,7 +316,9 @@ def replay(path: str, options: ReplayOptions = ReplayOptions(),
                                        advanced, len(current.distilled), compacted_before[n],
                                        current.saved))
                 last = current
+            progress(len(ends), len(ends), "replaying requests through select_context")
             window = last.messages
+            progress(0, None, "looking up identifiers that left the window")
             stats = service.stats(f"ledger:{LEDGER}") if ends else None
             recoverability = _recoverability(service, history_messages, messages, window,
                                              options) if ends else _no_lookups()

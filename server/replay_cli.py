@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from context_paging.server.progress import add_quiet
 from context_paging.server.replay import STRATEGIES, Replay, ReplayOptions
 
 MARKS = {"full": "F", "compaction": "C", "window": "W"}  # later ones are drawn on top
@@ -149,8 +150,11 @@ def _distillation_breaks(breaks: list[dict]) -> str:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("session", help="a session reference (pi:<id>, claude:<id>, codex:<id>) "
-                        "or the path of a Pi, Claude Code or Codex session file")
+    where = ("a session reference (pi:<id>, claude:<id>, codex:<id>) or the path of a Pi, "
+             "Claude Code or Codex session file")
+    parser.add_argument("--session", dest="session_flag", metavar="SESSION", help=where)
+    parser.add_argument("session", nargs="?", metavar="SESSION",
+                        help="the same as --session (kept so older scripts keep working)")
     parser.add_argument("--budget", type=int, default=128_000,
                         help="select_context's token budget (default 128000)")
     parser.add_argument("--trim-to", type=int, default=None,
@@ -161,7 +165,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken",
                         help="token estimator for every strategy (chars4 is about twice as fast)")
     parser.add_argument("--no-distill", action="store_true", help="turn distillation off")
-    parser.add_argument("--model-window", type=int, default=200_000)
+    parser.add_argument("--model-window", type=int, default=200_000,
+                        help="the model's context window passed to select_context; the "
+                        "compaction baseline's threshold follows from it (default 200000)")
     parser.add_argument("--compact-at", type=float, default=None,
                         help="compaction baseline threshold (default: model window - 33000, "
                         "Claude Code's auto-compact buffer: 167000 of 200000)")
@@ -170,7 +176,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--keep-tokens", type=float, default=0,
                         help="newest messages the baseline keeps verbatim besides the current "
                         "exchange (default 0, as Claude Code)")
-    parser.add_argument("--price-uncached", type=float, default=1.0)
+    parser.add_argument("--price-uncached", type=float, default=1.0,
+                        help="price of an uncached input token (default 1.0; the cache prices "
+                        "are relative to it)")
     parser.add_argument("--price-write", type=float, default=1.25, help="cache write per token")
     parser.add_argument("--price-read", type=float, default=0.1, help="cache read per token")
     parser.add_argument("--model", default=None,
@@ -180,6 +188,22 @@ def add_arguments(parser) -> None:
                         help="identifiers looked up with search_history (default 100)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-request rows")
     parser.add_argument("--json", action="store_true", help="the whole report as JSON")
+    parser.add_argument("--html", metavar="FILE", default=None,
+                        help="also write the report as one self-contained HTML page with a "
+                        "chart (see docs/replay.md)")
+    add_quiet(parser)
+
+
+def session_of(args) -> str:
+    """The session named by --session or by the positional alias (one of them, not both)."""
+    flag, positional = args.session_flag, args.session
+    if flag and positional and flag != positional:
+        raise SystemExit(f"context-paging: replay got two sessions ({positional!r} and "
+                         f"--session {flag!r}); give one")
+    if not (flag or positional):
+        raise SystemExit("context-paging: replay needs a session: --session REF or a file "
+                         "path (see `context-paging sessions`)")
+    return flag or positional
 
 
 def options_from(args) -> ReplayOptions:
@@ -201,20 +225,20 @@ def run(args, settings) -> int:
     import sys
 
     from context_paging.index.discovery import resolve
+    from context_paging.server.progress import progress_for
     from context_paging.server.replay import replay
 
-    path = args.session
+    path = session = session_of(args)
     if not os.path.isfile(path):
-        path = str(resolve(args.session, settings.roots).path)
+        path = str(resolve(session, settings.roots).path)
 
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty() and (done % 10 == 0 or done == total - 1):
-            sys.stderr.write(f"\rreplaying request {done + 1}/{total}")
-            sys.stderr.flush()
+    with progress_for(args) as progress:
+        result = replay(path, options_from(args), progress)
+    if args.html:
+        from context_paging.server.replay_html import write_report
 
-    result = replay(path, options_from(args), progress)
-    if sys.stderr.isatty():
-        sys.stderr.write("\n")
+        write_report(result, args.html)
+        print(f"context-paging: report written to {args.html}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))
     else:

@@ -31,8 +31,12 @@ def _history(settings: Settings) -> History:
     return make_history(settings)
 
 
+def json_text(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
 def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    print(json_text(value))
 
 
 def _session_flag(args: argparse.Namespace) -> str:
@@ -243,7 +247,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--json", action="store_true", help="the tool's reply as JSON")
 
     show = commands.add_parser("show", help="show history items exactly (≈ load_history)")
-    show.add_argument("history_ids", nargs="+", metavar="HISTORY_ID")
+    show.add_argument("history_ids", nargs="+", metavar="HISTORY_ID",
+                      help="one to three history ids, from search, browse or a paging notice")
     show.add_argument("--full", action="store_true",
                       help=f"print whole tool outputs (default: the first {SHOWN_RESULT_LINES} "
                       "lines of each)")
@@ -253,7 +258,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     output = commands.add_parser(
         "output", help="page one tool output or assistant block as exact JSON "
         "(≈ read_context_output)")
-    output.add_argument("history_id", metavar="HISTORY_ID")
+    output.add_argument("history_id", metavar="HISTORY_ID",
+                        help="the history item that holds the output or block")
     which = output.add_mutually_exclusive_group(required=True)
     which.add_argument("--tool-call-id", help="the tool output to read")
     which.add_argument("--content-index", type=int, help="the assistant block to read")
@@ -265,7 +271,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     recall = commands.add_parser(
         "recall", help="the original of a tool output or an exchange (≈ recall)")
-    recall.add_argument("id", metavar="TOOL_CALL_ID|HISTORY_ID")
+    recall.add_argument("id", metavar="TOOL_CALL_ID|HISTORY_ID",
+                        help="a tool call id (its output) or a history id (an omitted exchange)")
     recall.add_argument("--pattern", help="regular expression: only matching lines, numbered")
     recall.add_argument("--offset", type=_positive, help="first line (1-based); with --pattern "
                         "it counts matching lines")
@@ -280,8 +287,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     anchor = browse.add_mutually_exclusive_group()
     anchor.add_argument("--history-id", help="anchor item (default: the newest or oldest end)")
     anchor.add_argument("--sequence", type=int, help="anchor by position (0 = oldest)")
-    browse.add_argument("--count", type=int, default=5, choices=range(1, 11), metavar="1-10")
-    browse.add_argument("--stride", type=int, default=1, choices=range(1, 11), metavar="1-10")
+    browse.add_argument("--count", type=int, default=5, choices=range(1, 11), metavar="1-10",
+                        help="references to return (default 5)")
+    browse.add_argument("--stride", type=int, default=1, choices=range(1, 11), metavar="1-10",
+                        help="take every Nth item, to skim a long session (default 1: each)")
     session_and_json(browse)
     browse.set_defaults(run=_cmd_browse)
 

@@ -26,6 +26,20 @@ def test_the_demo_pages_the_sample_session_and_recovers_the_evicted_error(capsys
     assert loaded == paged == "72,925"
 
 
+def test_the_demo_explains_each_mode_its_table_shows_once(capsys):
+    from context_paging.server.demo import MODE_MEANINGS
+
+    assert main(["demo", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    table, rest = out.split("\nWhat the modes mean:\n", 1)
+    shown = {line.split()[5] for line in table.splitlines()[3:] if line.strip()}
+    explained = [line.split(":")[0].strip() for line in rest.split("\n\n")[0].splitlines()
+                 if not line.startswith("    ")]
+    assert sorted(explained) == sorted(shown) and "protected_overflow" in shown
+    assert "the newest exchange alone is over the budget" in rest
+    assert all(MODE_MEANINGS[mode].split()[0] in rest for mode in shown)
+
+
 @pytest.fixture
 def home(tmp_path):
     roots = lay_out(tmp_path)
@@ -79,3 +93,28 @@ def test_flags_override_settings_and_bad_values_fall_back_with_a_warning(tmp_pat
     assert "paging.token_budget = 64000" in captured.out and "flag --set" in captured.out
     assert 'paging.estimator = "tiktoken"' in captured.out
     assert "paging.estimator = 'bogus'" in captured.out  # config lists the warnings
+
+
+def test_index_all_reports_each_session_then_the_commit_on_stderr_only(home, capsys):
+    assert main(["--home", str(home), "index", "--all"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Index up to date: ")
+    lines = captured.err.splitlines()
+    assert all(line.startswith("context-paging: ") for line in lines)
+    bars = [line for line in lines if line.startswith("context-paging: [")]
+    assert " indexing " in bars[0] and "index up to date" in bars[-1]
+
+
+def test_index_all_says_it_is_writing_the_index_after_the_last_session(home):
+    from context_paging.server.config import load_settings
+    from context_paging.server.mcp_server import make_history
+
+    seen: list[tuple[float, float | None, str]] = []
+    history = make_history(load_settings(home=str(home)))
+    try:
+        history.index_all(lambda done, total, message: seen.append((done, total, message)))
+    finally:
+        history.close()
+    total = seen[-1][1]
+    assert seen[-2:] == [(total, None, "writing the index"), (total, total, "index up to date")]
+    assert [m for _, t, m in seen[:-2]] == [m for _, _, m in seen[:-2] if m.startswith("indexing")]

@@ -196,9 +196,19 @@ def test_the_sessions_command_prints_a_table(roots, tmp_path, capsys, monkeypatc
     )
     assert main(["--home", str(home), "sessions"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:2] == ["SESSION", "UPDATED"]
+    assert out[0].split() == ["SESSION", "UPDATED", "(UTC)", "SIZE", "PROJECT", "TITLE"]
     assert len(out) == 5
     assert any("Pricing cache with expiry" in line for line in out)
+    rows = {line.split()[0]: line for line in out[1:]}
+    summaries = {s.ref: s for s in Catalog(roots).summaries()}
+    for ref, line in rows.items():
+        project = summaries[ref].cwd or "-"
+        assert (project if len(project) <= 30 else project[-29:]) in line, ref
+    subagent = rows["claude:agent-a881341"]
+    parent = summaries["claude:agent-a881341"].parent
+    assert f"[subagent of {parent[:len('claude:') + 8]}]" in subagent
+    assert {ref for ref, line in rows.items() if "[subagent of" in line} == {
+        ref for ref, summary in summaries.items() if summary.parent}
 
 
 def test_the_sessions_command_says_when_there_is_nothing(tmp_path, capsys):

@@ -186,11 +186,29 @@ async def test_json_output_is_the_tools_structured_content(home, capsys):
         server.history.close()
 
 
-def test_stats_of_an_agent_session_show_the_configured_budget(home, capsys):
+def test_stats_of_an_agent_session_say_it_was_not_paged_by_this_tool(home, capsys):
     assert main(["--set", "paging.token_budget=64000", "stats", "--session", REF]) == 0
     out = capsys.readouterr().out
-    assert "Paging budget        64,000   (16.6% used)" in out
-    assert "unavailable" in out.split("Model window")[1].splitlines()[0]
+    assert out.splitlines()[0] == f"Context paging: not paged by this tool   ({REF})"
+    assert "Context paging: on" not in out
+    budget = out.split("Paging budget")[1].splitlines()[0]
+    assert budget.split() == ["64,000", "(configured;", "not", "applied", "to", "this",
+                              "session)"]
+
+
+def test_stats_of_an_agent_session_show_the_window_of_the_model_it_names(home, capsys):
+    assert main(["stats", "--session", REF]) == 0
+    window = capsys.readouterr().out.split("Model window")[1].splitlines()[0]
+    assert window.split() == ["200,000", "(5.3%", "used)"]  # claude-sonnet-4-5, 10,630 in
+
+
+def test_the_window_of_a_model_comes_from_its_name_and_is_none_when_unknown():
+    from context_paging.paging.models import model_window
+
+    assert [model_window(m) for m in ("claude-opus-4-5-20251101", "anthropic/claude-sonnet-4-5",
+                                      "claude-opus-4-6[1m]", "gpt-5-codex", "gpt-5.5",
+                                      "openai/gpt-5.1-codex", "llama-3", None)] == [
+        200_000, 200_000, 1_000_000, 272_000, 258_400, 272_000, None, None]
 
 
 def test_a_busy_index_is_a_retryable_error_not_a_traceback(home, capsys, monkeypatch):
