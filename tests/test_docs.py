@@ -1,17 +1,42 @@
-"""The README's tool reference is generated from the committed tools/list snapshot."""
+"""The generated reference pages match the code, and the README shows the front-door commands."""
 
 from __future__ import annotations
 
-from context_paging.server.docs import BEGIN, END, reference, snapshot_tools
+from context_paging.server.config import SCHEMA
+from context_paging.server.docs import (
+    BEGIN, CONFIG_BEGIN, CONFIG_END, END, block_of, config_reference, reference, snapshot_tools,
+)
+from context_paging.server.settings_help import MEANINGS
 
 from tests.conftest import PROJECT
 
+HINT = "run: python -m context_paging.server.docs --write"
 
-def test_the_readme_tool_reference_matches_the_tool_schemas():
-    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
-    block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
-    hint = "run: python -m context_paging.server.docs --write"
-    assert block == "\n" + reference(snapshot_tools()), hint
+
+def _page(name: str) -> str:
+    return (PROJECT / "docs" / name).read_text(encoding="utf-8")
+
+
+def test_the_tool_reference_page_matches_the_tool_schemas():
+    block = block_of(_page("tools.md"), BEGIN, END)
+    assert block == "\n" + reference(snapshot_tools()), HINT
+
+
+def test_the_configuration_page_matches_the_settings_table():
+    block = block_of(_page("configuration.md"), CONFIG_BEGIN, CONFIG_END)
+    assert block == "\n" + config_reference(), HINT
+
+
+def test_every_setting_has_a_meaning_and_every_meaning_a_setting():
+    assert {s: set(keys) for s, keys in MEANINGS.items()} == {
+        s: set(keys) for s, keys in SCHEMA.items()}
+
+
+def test_the_configuration_page_lists_each_setting_with_its_default_and_rule():
+    page = _page("configuration.md")
+    assert "| `token_budget` | `128000` | a positive safe integer |" in page
+    assert "| `min_result_chars` | `4000` | an integer from 0 to 10,000,000 |" in page
+    assert '| `exclude_tools` | `["edit", "write"]` | a list of tool names |' in page
 
 
 def test_the_readme_shows_the_two_front_door_commands():
