@@ -325,8 +325,8 @@ class History:
             canonical, cwd, items, state = self._open(self.resolve_default(session))
             pool = phrase_pool(query, limit)  # a phrase's holders go first (index.scan)
             if self.store.file_state(canonical) != state:
-                # Not indexed yet, or behind: answer from the parsed session now and let the
-                # index catch up in the background (issue 15: the first search is fast).
+                # Not indexed yet, or behind: answer from the parsed session now and let the index
+                # catch up in the background (docs/search.md, "While the index is being built").
                 if progress:
                     progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
                 cached = self._scanned.get(canonical)
@@ -342,7 +342,7 @@ class History:
             sessions, project = [canonical], None
         else:
             # Searching everything needs no session; a project needs a directory: the one
-            # given, else the session's, else this process's (issue 15).
+            # given, else the session's, else this process's.
             if scope == "project" and not directory:
                 directory = self._project_of(session)
             self.index_all(progress)
@@ -527,9 +527,9 @@ def might_have_run_in(found: SessionFileRef, cwd: str, root: Path | None = None)
 
 def file_stats(ref: str, session: SessionFile, enabled: bool = True,
                budget: int | None = None) -> Stats:
-    """The §8 report for an agent's session file (its active path; thinking is not kept, so it
-    is not counted). ``budget`` is the configured paging budget, the one a window of this
-    session would be held to."""
+    """The stats report (docs/tools.md, "The stats report") for an agent's session file (its active
+    path; thinking is not kept, so it is not counted). ``budget`` is the configured paging budget,
+    the one a window of this session would be held to."""
     conversation = session.conversation
     chars = 0
     last_usage = None
