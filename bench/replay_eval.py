@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(table(rows))
         paging = [r for r in done if r.totals()["full"].peak > budget]
         for goal in cache_goals(done, budget):
-            print("  goal (issue 16, all sessions): " + goal)
+            print("  goal (all sessions): " + goal)
         for label, group in (("all sessions", done), ("sessions that page", paging)):
             line, goals = summary(group, label)
             print(line)

@@ -1,13 +1,14 @@
 """select_context on upstream's benchmark workload, next to plain JSON work, in one run.
 
-Workload (specs/paging.md §10): 300 turns, 15 MiB of tool output (52,428 characters per result,
-the last 52,668), budget 128,000 = the model window, default target; each turn is a user request,
-an assistant ``read`` call and its result; then the active request → 901 messages.
+Workload (docs/selection.md, "The benchmark workload"): 300 turns, 15 MiB of tool output (52,428
+characters per result, the last 52,668), budget 128,000 = the model window, default target; each
+turn is a user request, an assistant ``read`` call and its result; then the active request → 901
+messages.
 
-Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed
-in the same run: issue 12's JSON floor, ``json.loads(json.dumps(messages))`` of the request's
-901 messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of
-the reply:
+Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed in the
+same run: the selection goals' JSON floor, ``json.loads(json.dumps(messages))`` of the request's 901
+messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of the
+reply:
 
 * cold: a fresh home, first call (ledger append of 15 MiB, estimates, distillation, selection);
 * repeated: the same request again (the ledger and estimate caches are warm);
@@ -23,7 +24,7 @@ between library calls the bench gives the service its spare time (``ContextServi
   "positions", ranges of the host's own messages: paging/window_form.py), ``--turns`` of each.
 
 ``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
-message counted and every output judged before selecting, as before issue 12), side by side.
+message counted and every output judged before selecting, as before those goals), side by side.
 
     python bench/select_bench.py [--repeat 3] [--estimator tiktoken|chars4] [--no-stdio]
                                  [--reference] [--turns 9]

@@ -120,13 +120,13 @@ def child_environment(program: str, url: str, environ: dict[str, str]) -> tuple[
     name = Path(program).name
     if name == "codex":
         # OPENAI_BASE_URL is gone from Codex; the top-level openai_base_url reroutes the
-        # built-in provider and keeps its login (specs/model-apis.md §4).
+        # built-in provider and keeps its login (docs/agents.md).
         extra = ["-c", f'openai_base_url="{url}/v1"']
     else:
         env["ANTHROPIC_BASE_URL"] = url
         env["OPENAI_BASE_URL"] = f"{url}/v1"
         if name == "claude":
-            env["DISABLE_AUTO_COMPACT"] = "1"  # the proxy pages instead (README)
+            env["DISABLE_AUTO_COMPACT"] = "1"  # the proxy pages instead
     return env, extra
 
 
