@@ -97,7 +97,7 @@ def json_floor(request: dict, reply: dict, repeat: int) -> float:
 
 
 def issue_floor(messages: list[dict], repeat: int) -> float:
-    """Issue 12's JSON floor: one round trip of the conversation through the json module."""
+    """The selection goals' JSON floor: the conversation's round trip through the json module."""
     return best(repeat, lambda: json.loads(json.dumps(messages)))[0]
 
 

@@ -1,4 +1,4 @@
-"""The first cut's depth (paging/select.py ``first_cut``, issue 16 item 3).
+"""The first cut's depth (paging/select.py ``first_cut``; docs/window.md, "The first cut").
 
 Generated conversations grow one exchange per request and are sent through ``select_context``
 with the cut state passed back, the way the server does. The window each request sends is
