@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from context_paging.server.config import SCHEMA
 from context_paging.server.docs import (
     BEGIN, CONFIG_BEGIN, CONFIG_END, END, block_of, config_reference, reference, snapshot_tools,
@@ -43,3 +45,24 @@ def test_the_readme_shows_the_two_front_door_commands():
     readme = (PROJECT / "README.md").read_text(encoding="utf-8")
     assert "pip install . && context-paging demo" in readme
     assert "pip install -e '.[test]' && pytest" in readme
+
+
+def _project_text_files():
+    for path in sorted(PROJECT.rglob("*")):
+        parts = path.relative_to(PROJECT).parts
+        if path.suffix not in (".md", ".py", ".toml") or path.name == "CHANGELOG.md":
+            continue
+        if any(p.startswith(".") or p.endswith(".egg-info") or p in ("build", "dist")
+               for p in parts):
+            continue
+        yield path
+
+
+def test_no_file_cites_documents_outside_the_repository_or_issue_numbers():
+    outside = re.compile(r"DESIGN\.md|specs/[a-z-]+\.md|\u00a7")
+    numbered = re.compile(r"\b(issue|item) [0-9]+", re.IGNORECASE)
+    found = [f"{path.relative_to(PROJECT)}:{n}: {line.strip()}"
+             for path in _project_text_files()
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if outside.search(line) or numbered.search(line)]
+    assert found == [], "write the rule in docs/ and cite that page"
