@@ -28,7 +28,10 @@ from typing import Any
 import anyio.to_thread
 import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
+from context_paging.paging.notice import shell_notice
+from context_paging.paging.resident import is_resident
 from context_paging.server import wire
+from context_paging.server.conversations import Chains
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
 from starlette.background import BackgroundTask
@@ -88,6 +91,7 @@ class Proxy:
         # per conversation: the provider's usage for the latest reply, which the next request
         # contains; select_context calibrates its estimate with it
         self._usage: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._chains = Chains()  # conversations that carry no session id (server/conversations.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -154,7 +158,7 @@ class Proxy:
         body = wire.read_body(raw, api.field)
         value = body.value
         conversation = value[api.field]
-        session = wire.conversation_key(api, value, headers)
+        session = self._conversation(api, body, headers)
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
@@ -167,10 +171,14 @@ class Proxy:
         window = reply["messages"]
         unchanged = (len(window) == len(conversation)
                      and all(a is b for a, b in zip(window, conversation, strict=True)))
-        if pinned and any(m is conversation[0] for m in window):
+        if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
+        notice = reply.get("notice")
+        if notice and not has_recovery_tools(api, body):  # Pi, or no MCP server registered
+            shell = shell_notice(notice, f"ledger:{session}")
+            window, notice = _reworded(window, notice, shell), shell
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
-            window, reply.get("notice"), session, pinned))
+            window, notice, session, pinned))
         if self.log is None:
             return out, None, session
         previous = self._previous.pop(session, None)
@@ -188,6 +196,13 @@ class Proxy:
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
         return out, note, session
+
+    def _conversation(self, api: wire.Api, body: wire.Body, headers: Mapping[str, str]) -> str:
+        """The ledger session: by the agent's session id, else by the chain of messages."""
+        key = wire.conversation_key(api, body.value, headers)
+        if wire.agent_session(api, body.value, headers) is None:
+            key = self._chains.key(body, key)
+        return key
 
     # --- forwarding -------------------------------------------------------------------------
 
@@ -249,6 +264,48 @@ def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
             break
         pinned.append(block)
     return pinned
+
+
+def _holds(window: list[dict[str, Any]], block: dict[str, Any]) -> bool:
+    """Whether a message near the window's start still carries this very block (the notice may
+    have been put in front of the first message, which makes that message a new object)."""
+    for message in window[:4]:
+        content = message.get("content")
+        if isinstance(content, list) and any(b is block for b in content):
+            return True
+    return False
+
+
+def has_recovery_tools(api: wire.Api, body: wire.Body) -> bool:
+    """Whether the agent was given this project's recovery tools (an MCP client that has the
+    server registered): a tool named ``…search_history`` in ``tools``, or, for Codex, in an
+    item that carries its tool lists (``additional_tools``, a deferred tool namespace)."""
+    tools = body.value.get("tools")
+    span = body.spans.get("tools")
+    if isinstance(tools, list) and span and "search_history" in body.text[span[0]:span[1]]:
+        return True
+    if api is not wire.RESPONSES:
+        return False
+    return any("search_history" in body.text[start:end]
+               for (start, end), item in zip(body.items, body.value[api.field], strict=True)
+               if is_resident(item, api.fmt))
+
+
+def _reworded(window: list[dict[str, Any]], old: str, new: str) -> list[dict[str, Any]]:
+    """The window with the notice text ``old`` replaced by ``new`` where it stands."""
+    out = list(window)
+    for index, message in enumerate(out[:4]):
+        content = message.get("content")
+        if content == old:
+            out[index] = {**message, "content": new}
+            return out
+        if isinstance(content, list):
+            for k, block in enumerate(content):
+                if isinstance(block, dict) and block.get("text") == old:
+                    out[index] = {**message, "content": [
+                        *content[:k], {**block, "text": new}, *content[k + 1:]]}
+                    return out
+    return window
 
 
 def _name_session(window: list[dict[str, Any]], notice: str | None, session: str,
