@@ -99,6 +99,9 @@ class Proxy:
             return
         if scope["type"] != "http":
             return
+        if _websocket_upgrade(scope):
+            await _refuse_upgrade(send)
+            return
         request = Request(scope, receive)
         if request.url.path == HEALTH_PATH:  # the one path the proxy answers itself (doctor)
             await Response(wire.dumps({"service": "context-paging proxy"}).encode(),
@@ -332,6 +335,23 @@ def _name_session(window: list[dict[str, Any]], notice: str | None, session: str
                     out[index] = {**message, "content": blocks}
                     return out
     return window
+
+
+def _websocket_upgrade(scope: Scope) -> bool:
+    return any(k == b"upgrade" and v.lower() == b"websocket" for k, v in scope["headers"])
+
+
+async def _refuse_upgrade(send: Send) -> None:
+    """Codex tries a WebSocket before HTTP and retries a refusal for about six seconds, except
+    426 Upgrade Required, after which it posts at once (measured with Codex CLI 0.171.0). The
+    proxy pages HTTP requests only, so every upgrade gets that answer, without going upstream."""
+    body = wire.dumps({"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "context-paging proxy: WebSocket is not supported; use HTTP"}}).encode()
+    await send({"type": "http.response.start", "status": 426, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> None:

@@ -185,3 +185,66 @@ def test_the_notice_names_the_tools_for_an_agent_that_has_them(small):
         send(small, "claude-code-sonnet", {**body, "tools": [*body["tools"], mcp]})
     notice = json.dumps(upstream(small)[-1]["messages"][0])
     assert "search_history" in notice and "context-paging search" not in notice
+
+
+def test_a_websocket_upgrade_is_refused_at_once_and_never_forwarded(small):
+    reply = httpx.get(small.url + "/v1/responses", timeout=10, headers={
+        "connection": "Upgrade", "upgrade": "websocket", "sec-websocket-version": "13",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert reply.status_code == 426  # Codex posts over HTTP at once after this one
+    assert "WebSocket" in reply.json()["error"]["message"]
+    assert small.provider.requests == []
+
+
+def test_uvicorns_websocket_warning_never_reaches_the_agents_terminal():
+    import logging
+    import socket
+
+    from context_paging.server.proxy_cli import _server
+
+    with socket.socket() as sock:
+        _server(None, sock)  # type: ignore[arg-type]
+    quiet = logging.getLogger("uvicorn.error")
+    warning = logging.LogRecord("uvicorn.error", logging.WARNING, "", 0,
+                                "Unsupported upgrade request.", None, None)
+    other = logging.LogRecord("uvicorn.error", logging.WARNING, "", 0, "Other.", None, None)
+    assert not quiet.filter(warning) and quiet.filter(other)
+
+
+def test_run_routes_pi_through_a_models_file_of_its_own(tmp_path, monkeypatch, capfd):
+    import os
+    import stat
+    import sys
+
+    from context_paging.server.cli import main
+
+    from tests.fake_provider import FakeProvider, Served
+
+    user = tmp_path / "user"
+    agent = user / ".pi" / "agent"
+    (agent / "sessions").mkdir(parents=True)
+    (agent / "models.json").write_text('{"providers": {"mine": {"baseUrl": "http://x"}}}')
+    monkeypatch.setenv("HOME", str(user))
+    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
+    pi = tmp_path / "bin" / "pi"  # stands in for Pi: reads its models file, posts, saves
+    pi.parent.mkdir()
+    pi.write_text(f"#!{sys.executable}\n" + (
+        "import json, os, pathlib, urllib.request\n"
+        "d = pathlib.Path(os.environ['PI_CODING_AGENT_DIR'])\n"
+        "base = json.loads((d / 'models.json').read_text())['providers']['anthropic']['baseUrl']\n"
+        "req = urllib.request.Request(base + '/v1/messages', method='POST', data=json.dumps("
+        "{'model': 'm', 'max_tokens': 5, 'messages': [{'role': 'user', 'content': 'hi'}]})"
+        ".encode(), headers={'x-api-key': 'k', 'content-type': 'application/json'})\n"
+        "print(urllib.request.urlopen(req).status)\n"
+        "(d / 'sessions' / 's.jsonl').write_text('{}')\n"))
+    pi.chmod(pi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{pi.parent}{os.pathsep}{os.environ['PATH']}")
+    provider = FakeProvider()
+    with Served(provider) as upstream:
+        code = main(["--home", str(make_home(tmp_path)), "run", "--upstream-anthropic",
+                     upstream.url, "--", "pi", "-p", "hi"])
+    assert code == 0 and capfd.readouterr().out.strip() == "200"
+    assert [r.path for r in provider.requests] == ["/v1/messages"]
+    assert (agent / "sessions" / "s.jsonl").exists()  # in the user's own folder
+    assert json.loads((agent / "models.json").read_text()) == {
+        "providers": {"mine": {"baseUrl": "http://x"}}}  # unchanged
