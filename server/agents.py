@@ -202,4 +202,37 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> t
                      f"{tally.get('updated', '?')} ({tally.get('last_mode', '?')})")
     else:
         lines.append("requests: none proxied yet with this home")
-    return up and bool(agents) and bool(tally), "\n".join(lines)
+    paging_ok, paging = paging_report(data_home)
+    lines += paging
+    return up and bool(agents) and bool(tally) and paging_ok, "\n".join(lines)
+
+
+SHOWN_CONVERSATIONS = 8
+
+
+def paging_report(data_home: Path) -> tuple[bool, list[str]]:
+    """Per proxied conversation, the newest first: how many requests were paged, sent whole
+    within the budget, or failed open (forwarded as received), with the last reason. A
+    conversation whose every request failed open is never paged: that fails the check."""
+    from context_paging.index.proxied import tallies
+
+    found = tallies(data_home)
+    if not found:
+        return True, []
+    lines, ok = ["paging per conversation (newest first):"], True
+    for tally in found[:SHOWN_CONVERSATIONS]:
+        requests, failed = int(tally.get("requests", 0)), int(tally.get("failed_open", 0))
+        modes = tally.get("modes") if isinstance(tally.get("modes"), dict) else {}
+        paged = sum(n for m, n in modes.items() if m not in ("within_budget", "disabled"))
+        whole = int(modes.get("within_budget", 0))
+        line = (f"{tally.get('session', '?')} ({tally.get('api', '?')}): {requests:,} requests"
+                f" — {paged:,} paged, {whole:,} within budget, {failed:,} failed open")
+        if requests and failed == requests:
+            ok = False
+            line = f"✗ {line}; it is never paged: {tally.get('last_fail_open', '?')}"
+        elif failed:
+            line += f"; the last because {tally.get('last_fail_open', '?')}"
+        lines.append("  " + line)
+    if len(found) > SHOWN_CONVERSATIONS:
+        lines.append(f"  … and {len(found) - SHOWN_CONVERSATIONS:,} older conversations")
+    return ok, lines

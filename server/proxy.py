@@ -169,8 +169,12 @@ class Proxy:
         if pinned:  # counted as resident input: it stays in every window
             system = ([{"type": "text", "text": system}] if isinstance(system, str)
                       else list(system or [])) + pinned
-        reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
-                            model=model, usage=self._usage.get(session))
+        try:
+            reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
+                                model=model, usage=self._usage.get(session))
+        except Exception as exc:
+            self._failed_open(session, api, exc, raw)
+            raise  # forwarded unchanged by the caller, with its log line
         window = reply["messages"]
         unchanged = (len(window) == len(conversation)
                      and all(a is b for a, b in zip(window, conversation, strict=True)))
@@ -199,6 +203,18 @@ class Proxy:
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
         return out, note, session
+
+    def _failed_open(self, session: str, api: wire.Api, exc: Exception, raw: bytes) -> None:
+        """Count a request the window could not be made for, with why (``doctor``)."""
+        if self.log is None:
+            return
+        failed = failure(exc)
+        reason = f"{failed.code}: {failed.message}" if failed else f"{type(exc).__name__}: {exc}"
+        try:
+            with self._log_lock:
+                self.log.record_failure(session, api.name, reason, raw)
+        except Exception as error:  # stats are best effort
+            log.warning("proxy: stats not written: %s: %s", type(error).__name__, error)
 
     def _conversation(self, api: wire.Api, body: wire.Body, headers: Mapping[str, str]) -> str:
         """The ledger session: by the agent's session id, else by the chain of messages."""

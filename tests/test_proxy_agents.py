@@ -248,3 +248,26 @@ def test_run_routes_pi_through_a_models_file_of_its_own(tmp_path, monkeypatch, c
     assert (agent / "sessions" / "s.jsonl").exists()  # in the user's own folder
     assert json.loads((agent / "models.json").read_text()) == {
         "providers": {"mine": {"baseUrl": "http://x"}}}  # unchanged
+
+
+def test_doctor_counts_each_conversations_requests_and_flags_one_that_always_fails_open(
+        tmp_path):
+    from context_paging.server.agents import paging_report
+
+    stack = Stack(make_home(tmp_path, budget=600))
+    try:
+        assert paging_report(stack.home) == (True, [])
+        for body in codex_turns(3):  # its standing context alone is above 600 tokens
+            send(stack, "codex-default", body)
+        for body in claude_turns("claude-code-sonnet", 6):
+            send(stack, "claude-code-sonnet", body)
+        ok, lines = paging_report(stack.home)
+    finally:
+        stack.close()
+    assert not ok
+    (codex,) = [line for line in lines if "(responses)" in line]
+    assert codex.startswith("  ✗ ") and "3 requests — 0 paged, 0 within budget, 3 failed open" in codex
+    assert "RESIDENT_INPUT_TOO_LARGE" in codex
+    (claude,) = [line for line in lines if "(anthropic)" in line]
+    assert "6 requests" in claude and "0 failed open" in claude and "✗" not in claude
+    assert " 0 paged" not in claude  # the budget is crossed: some requests were paged
