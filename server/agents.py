@@ -225,7 +225,8 @@ def paging_report(data_home: Path) -> tuple[bool, list[str]]:
         modes = tally.get("modes") if isinstance(tally.get("modes"), dict) else {}
         paged = sum(n for m, n in modes.items() if m not in ("within_budget", "disabled"))
         whole = int(modes.get("within_budget", 0))
-        line = (f"{tally.get('session', '?')} ({tally.get('api', '?')}): {requests:,} requests"
+        line = (f"{tally.get('session', '?')} ({tally.get('api', '?')}): {requests:,} "
+                f"request{'' if requests == 1 else 's'}"
                 f" — {paged:,} paged, {whole:,} within budget, {failed:,} failed open")
         if requests and failed == requests:
             ok = False
