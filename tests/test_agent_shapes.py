@@ -119,3 +119,24 @@ def test_a_codex_request_paged_below_its_size_keeps_every_resident_item(tmp_path
         assert messages[index] in window
     order = [messages.index(m) for m in window if m in messages]
     assert order == sorted(order)
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("codex-default", "responses"),
+                                           ("claude-code-default", "anthropic")])
+def test_a_request_read_on_the_previous_one_passes_over_resident_items_in_the_middle(name,
+                                                                                    fmt):
+    from context_paging.index.ledger import fingerprint
+    from context_paging.paging.request import read
+
+    from tests.test_read_reuse import prints, taken
+
+    messages = conversation(name)
+    grown = [*messages, {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}
+             if fmt == "anthropic" else {"type": "message", "role": "assistant", "content": [
+                 {"type": "output_text", "text": "ok"}]}]
+    assert callable(fingerprint)
+    earlier = read(messages, fmt, [], prints(messages), validate=True)
+    built = read(grown, fmt, [], prints(grown), (), True, earlier)
+    assert built == read(grown, fmt, [], prints(grown), validate=True)
+    # every view of the earlier request is taken as it was, resident items between them
+    assert taken(built, earlier) == len(earlier.views.views)
