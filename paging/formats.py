@@ -21,8 +21,10 @@ kept whole come back as the very objects the host sent. Two cases are rebuilt, o
   user message the notice is put in front of its content as a text block; otherwise a leading
   user message carries it. Either way the bytes are the same on every call until the cut moves.
 
-Leading ``system``/``developer`` messages (OpenAI) are resident input: they are never evicted and
-always come first, before the notice.
+Resident items (paging/resident.py: system and developer messages, Codex's set-up and tool-list
+items, Anthropic ``role: "system"`` messages) are never views: they are never evicted and keep
+their places among the kept messages; those before the first kept message come first, then the
+notice (for Anthropic, whose first message must be the user's, the notice comes first).
 
 OpenAI Responses ``input`` items (what Codex sends) are one item per message, call, output or
 reasoning, so one model response is a *run* of items (reasoning, assistant text, function /
@@ -30,9 +32,7 @@ custom tool / shell calls). The run becomes one assistant view whose source is i
 the other items are its *followers* (no views of their own) and are rendered with it, so a
 reasoning item with encrypted content always travels with the calls it produced and parallel
 calls stay one exchange with their outputs. Reasoning is private: a thinking view, counted but
-never read. The ledger groups the same runs (``index.history.join_turns``). Leading
-developer/system messages and Codex's leading set-up messages (environment, AGENTS.md) are
-resident.
+never read. The ledger groups the same runs (``index.history.join_turns``).
 """
 
 from __future__ import annotations
