@@ -90,6 +90,7 @@ class Views:
 def detect_format(messages: Sequence[Any]) -> Format:
     """The format of a request, or a FormatError naming what is ambiguous or wrong."""
     votes: set[Format] = set()
+    system = False  # a ``system`` message: OpenAI's, or Claude Code's inside Anthropic messages
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise FormatError(f"message {index} is not an object")
@@ -98,7 +99,9 @@ def detect_format(messages: Sequence[Any]) -> Format:
             continue
         role = message.get("role")
         content = message.get("content")
-        if role in ("tool", "developer", "system") or "tool_calls" in message:
+        if role == "system" and "tool_calls" not in message:
+            system = True
+        elif role in ("tool", "developer") or "tool_calls" in message:
             votes.add("openai")
         elif role in ("toolResult", "custom", "bashExecution", "compactionSummary",
                       "branchSummary") or "stopReason" in message:
@@ -111,6 +114,8 @@ def detect_format(messages: Sequence[Any]) -> Format:
                 votes.add("pi")
             elif kinds & {"image_url", "input_audio", "refusal"}:
                 votes.add("openai")
+    if system and not votes - {"anthropic"}:
+        votes.add("anthropic" if votes else "openai")
     if len(votes) > 1:
         raise FormatError(
             "messages mix formats (" + ", ".join(sorted(votes)) + "); pass format explicitly"

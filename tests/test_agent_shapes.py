@@ -140,3 +140,13 @@ def test_a_request_read_on_the_previous_one_passes_over_resident_items_in_the_mi
     assert built == read(grown, fmt, [], prints(grown), validate=True)
     # every view of the earlier request is taken as it was, resident items between them
     assert taken(built, earlier) == len(earlier.views.views)
+
+
+def test_claude_codes_messages_with_system_messages_are_read_as_anthropic():
+    from context_paging.paging.formats import detect_format
+
+    assert detect_format(conversation("claude-code-default")) == "anthropic"
+    assert detect_format([{"role": "system", "content": "be brief"},
+                          {"role": "user", "content": "hi"}]) == "openai"
+    assert detect_format([{"role": "system", "content": [{"type": "text", "text": "x"}]},
+                          {"role": "tool", "tool_call_id": "c", "content": "out"}]) == "openai"
