@@ -295,19 +295,27 @@ def _holds(window: list[dict[str, Any]], block: dict[str, Any]) -> bool:
     return False
 
 
+# How the recovery tools show in a request: by name (Claude Code lists
+# ``mcp__context-paging__search_history``), or as Codex's deferred namespace for the server
+# (``mcp__context_paging``, its name normalized), listed without its tools.
+_TOOL_MARKS = ("search_history", "mcp__context_paging", "mcp__context-paging")
+
+
 def has_recovery_tools(api: wire.Api, body: wire.Body) -> bool:
     """Whether the agent was given this project's recovery tools (an MCP client that has the
-    server registered): a tool named ``…search_history`` in ``tools``, or, for Codex, in an
-    item that carries its tool lists (``additional_tools``, a deferred tool namespace)."""
-    tools = body.value.get("tools")
+    server registered): in ``tools``, or in a resident item that carries tool lists (Codex's
+    ``additional_tools``, its deferred tool namespaces)."""
     span = body.spans.get("tools")
-    if isinstance(tools, list) and span and "search_history" in body.text[span[0]:span[1]]:
+    if span and isinstance(body.value.get("tools"), list) and _marked(body.text, *span):
         return True
-    if api is not wire.RESPONSES:
-        return False
-    return any("search_history" in body.text[start:end]
+    return any(_marked(body.text, start, end)
                for (start, end), item in zip(body.items, body.value[api.field], strict=True)
                if is_resident(item, api.fmt))
+
+
+def _marked(text: str, start: int, end: int) -> bool:
+    part = text[start:end]
+    return any(mark in part for mark in _TOOL_MARKS)
 
 
 def _reworded(window: list[dict[str, Any]], old: str, new: str) -> list[dict[str, Any]]:

@@ -271,3 +271,16 @@ def test_doctor_counts_each_conversations_requests_and_flags_one_that_always_fai
     (claude,) = [line for line in lines if "(anthropic)" in line]
     assert "6 requests" in claude and "0 failed open" in claude and "✗" not in claude
     assert " 0 paged" not in claude  # the budget is crossed: some requests were paged
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_codex_is_told_the_tools_when_its_deferred_namespace_lists_the_server(small,
+                                                                              registered):
+    for body in codex_turns(14):
+        items = [i for i in body["input"] if registered or "Deferred tool" not in json.dumps(i)]
+        send(small, "codex-default", {**body, "input": items})
+    notice = next(i for i in upstream(small, "/v1/responses")[-1]["input"]
+                  if "Context paging notice" in json.dumps(i))
+    text = notice["content"][0]["text"]
+    assert ("search_history" in text) is registered
+    assert ("context-paging search" in text) is not registered
