@@ -181,11 +181,11 @@ class Proxy:
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
+        text = notice
         if notice and not has_recovery_tools(api, body):  # Pi, or no MCP server registered
-            shell = shell_notice(notice, f"ledger:{session}")
-            window, notice = _reworded(window, notice, shell), shell
+            text = shell_notice(notice, f"ledger:{session}")
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
-            window, notice, session, pinned))
+            window, notice, text, session, pinned))
         if self.log is None:
             return out, None, session
         previous = self._previous.pop(session, None)
@@ -318,40 +318,22 @@ def _marked(text: str, start: int, end: int) -> bool:
     return any(mark in part for mark in _TOOL_MARKS)
 
 
-def _reworded(window: list[dict[str, Any]], old: str, new: str) -> list[dict[str, Any]]:
-    """The window with the notice text ``old`` replaced by ``new`` where it stands."""
-    out = list(window)
-    for index, message in enumerate(out[:4]):
-        content = message.get("content")
-        if content == old:
-            out[index] = {**message, "content": new}
-            return out
-        if isinstance(content, list):
-            for k, block in enumerate(content):
-                if isinstance(block, dict) and block.get("text") == old:
-                    out[index] = {**message, "content": [
-                        *content[:k], {**block, "text": new}, *content[k + 1:]]}
-                    return out
-    return window
-
-
-def _name_session(window: list[dict[str, Any]], notice: str | None, session: str,
-                  pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-    """The notice names the ledger session the recovery tools take (the proxy's conversation
-    is not the one the MCP server would guess), followed by the pinned context blocks. Same
-    notice in, same bytes out."""
+def _name_session(window: list[dict[str, Any]], notice: str | None, text: str | None,
+                  session: str, pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The notice, worded as ``text`` (the tools or the CLI commands), names the ledger session
+    the recovery tools take (the proxy's conversation is not the one the MCP server would
+    guess), followed by the pinned context blocks. Same notice in, same bytes out."""
     if not notice:
         return window
-    named = f"{notice}\nSession for those tools: \"ledger:{session}\"."
+    named = f"{text}\nSession for those tools: \"ledger:{session}\"."
     out = list(window)
-    for index, message in enumerate(out[:4]):
+    for index, message in enumerate(out[:NOTICE_REACH]):
         content = message.get("content")
         if content == notice:
-            if pinned:
-                content = [{"type": "text", "text": notice}]
-            else:
+            if not pinned:
                 out[index] = {**message, "content": named}
                 return out
+            content = [{"type": "text", "text": notice}]
         if isinstance(content, list):
             for k, block in enumerate(content):
                 if isinstance(block, dict) and block.get("text") == notice:
@@ -359,6 +341,11 @@ def _name_session(window: list[dict[str, Any]], notice: str | None, session: str
                     out[index] = {**message, "content": blocks}
                     return out
     return window
+
+
+# The notice comes after the resident items that precede the kept messages (Codex sends a
+# dozen: its tool list, developer messages, environment).
+NOTICE_REACH = 64
 
 
 def _websocket_upgrade(scope: Scope) -> bool:

@@ -284,3 +284,12 @@ def test_codex_is_told_the_tools_when_its_deferred_namespace_lists_the_server(sm
     text = notice["content"][0]["text"]
     assert ("search_history" in text) is registered
     assert ("context-paging search" in text) is not registered
+
+
+def test_codexs_notice_names_its_ledger_session_after_a_dozen_resident_items(small):
+    for body in codex_turns(14):
+        send(small, "codex-default", body)
+    sent = upstream(small, "/v1/responses")[-1]["input"]
+    at = next(k for k, i in enumerate(sent) if "Context paging notice" in json.dumps(i))
+    assert at >= 6  # after Codex's tool list, developer messages and environment
+    assert 'Session for those tools: "ledger:oa-' in sent[at]["content"][0]["text"]
