@@ -1,5 +1,6 @@
 """What the proxy leaves in the home for other processes: the conversation it saw last and a
-running tally per proxied conversation.
+running tally per proxied conversation (requests by mode — paged, within budget, failed open
+with the last reason — which ``doctor`` reports).
 
 The proxy and the MCP server are separate processes (the agent starts one, the user the other),
 so both facts are files: ``CONTEXT_PAGING_HOME/proxy/last.json`` (the recovery tools' default
@@ -78,15 +79,35 @@ class ProxyLog:
         self.tallies: dict[str, dict[str, Any]] = {}
         self._last: str | None = None
 
-    def record(self, session: str, api: str, reply: dict[str, Any], sent: bytes, full: bytes,
-               previous: bytes | None) -> None:
+    def _tally(self, session: str, api: str) -> dict[str, Any]:
         tally = self.tallies.get(session)
         if tally is None:
             tally = _read(self.directory / f"{session}.json") or {}
             tally = self.tallies[session] = {
                 "session": f"ledger:{session}", "api": api, "requests": 0,
                 "sent_tokens": 0, "full_tokens": 0, "cut_advances": 0,
-                "prefix_bytes": 0, "compared_bytes": 0, **tally}
+                "prefix_bytes": 0, "compared_bytes": 0, "modes": {}, **tally}
+        return tally
+
+    def record_failure(self, session: str, api: str, reason: str, full: bytes) -> None:
+        """A request of this conversation that failed open: forwarded as received, because
+        of ``reason`` (what ``doctor`` shows)."""
+        tally = self._tally(session, api)
+        tally["requests"] += 1
+        tally["sent_tokens"] += len(full) // 4
+        tally["full_tokens"] += len(full) // 4
+        tally["failed_open"] = tally.get("failed_open", 0) + 1
+        tally["last_fail_open"] = reason[:300]
+        tally["last_mode"] = "failed_open"
+        tally["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
+        _write(self.directory / f"{session}.json", tally)
+
+    def record(self, session: str, api: str, reply: dict[str, Any], sent: bytes, full: bytes,
+               previous: bytes | None) -> None:
+        tally = self._tally(session, api)
+        modes = tally.setdefault("modes", {})
+        mode = str(reply.get("mode"))
+        modes[mode] = modes.get(mode, 0) + 1
         frontier = reply.get("frontier")
         if frontier is not None and frontier != tally.get("frontier"):
             tally["cut_advances"] += 1
@@ -116,3 +137,12 @@ def figures(tally: dict[str, Any]) -> ProxyFigures:
         sent_tokens=int(tally.get("sent_tokens", 0)), full_tokens=int(tally.get("full_tokens", 0)),
         cut_advances=int(tally.get("cut_advances", 0)),
         prefix_share=round(tally.get("prefix_bytes", 0) / compared, 4) if compared else None)
+
+
+def tallies(home: Path) -> list[dict[str, Any]]:
+    """Every conversation's tally, the most recently updated first."""
+    found = []
+    for path in proxy_directory(home).glob("*.json"):
+        if path.name != LAST and (value := _read(path)) is not None:
+            found.append(value)
+    return sorted(found, key=lambda t: str(t.get("updated", "")), reverse=True)

@@ -24,6 +24,7 @@ The cut is reset when the model or its window changes (upstream resets on a mode
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections import OrderedDict
@@ -552,7 +553,11 @@ def _pace(state: SessionState, selection: Selection,
 
 def _system_text(system: Any, resident_messages: Sequence[dict[str, Any]]) -> str:
     parts: list[str] = []
-    for value in [system, *(m.get("content") for m in resident_messages)]:
+    # an item without content (Codex's ``additional_tools``, ``configuration_update``) counts
+    # as its JSON: the tool list or settings it carries are sent every request
+    for value in [system, *(m.get("content", m) for m in resident_messages)]:
+        if isinstance(value, dict):
+            value = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         if isinstance(value, str):
             parts.append(value)
         elif isinstance(value, list):

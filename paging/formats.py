@@ -21,8 +21,10 @@ kept whole come back as the very objects the host sent. Two cases are rebuilt, o
   user message the notice is put in front of its content as a text block; otherwise a leading
   user message carries it. Either way the bytes are the same on every call until the cut moves.
 
-Leading ``system``/``developer`` messages (OpenAI) are resident input: they are never evicted and
-always come first, before the notice.
+Resident items (paging/resident.py: system and developer messages, Codex's set-up and tool-list
+items, Anthropic ``role: "system"`` messages) are never views: they are never evicted and keep
+their places among the kept messages; those before the first kept message come first, then the
+notice (for Anthropic, whose first message must be the user's, the notice comes first).
 
 OpenAI Responses ``input`` items (what Codex sends) are one item per message, call, output or
 reasoning, so one model response is a *run* of items (reasoning, assistant text, function /
@@ -30,9 +32,7 @@ custom tool / shell calls). The run becomes one assistant view whose source is i
 the other items are its *followers* (no views of their own) and are rendered with it, so a
 reasoning item with encrypted content always travels with the calls it produced and parallel
 calls stay one exchange with their outputs. Reasoning is private: a thinking view, counted but
-never read. The ledger groups the same runs (``index.history.join_turns``). Leading
-developer/system messages and Codex's leading set-up messages (environment, AGENTS.md) are
-resident.
+never read. The ledger groups the same runs (``index.history.join_turns``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,16 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from context_paging.paging.messages import pi_stop_reason as _stop
+from context_paging.paging.resident import (
+    RESPONSES_CALLS as _RESPONSES_CALLS,
+)
+from context_paging.paging.resident import (
+    RESPONSES_MODEL,
+    resident_indexes,
+)
+from context_paging.paging.resident import (
+    RESPONSES_OUTPUTS as _RESPONSES_OUTPUTS,
+)
 
 Format = Literal["anthropic", "openai", "responses", "pi"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai", "responses", "pi")
@@ -68,7 +78,7 @@ class View:
 @dataclass(frozen=True, slots=True)
 class Views:
     format: Format
-    resident: tuple[int, ...]  # leading system/developer messages (OpenAI), never evicted
+    resident: tuple[int, ...]  # resident items (paging/resident.py), in order, never evicted
     views: tuple[View, ...]
     parts: tuple[int, ...]  # how many views each host message produced
     followers: dict[int, tuple[int, ...]] | None = None  # Responses: a run's other items
@@ -80,6 +90,7 @@ class Views:
 def detect_format(messages: Sequence[Any]) -> Format:
     """The format of a request, or a FormatError naming what is ambiguous or wrong."""
     votes: set[Format] = set()
+    system = False  # a ``system`` message: OpenAI's, or Claude Code's inside Anthropic messages
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise FormatError(f"message {index} is not an object")
@@ -88,7 +99,9 @@ def detect_format(messages: Sequence[Any]) -> Format:
             continue
         role = message.get("role")
         content = message.get("content")
-        if role in ("tool", "developer", "system") or "tool_calls" in message:
+        if role == "system" and "tool_calls" not in message:
+            system = True
+        elif role in ("tool", "developer") or "tool_calls" in message:
             votes.add("openai")
         elif role in ("toolResult", "custom", "bashExecution", "compactionSummary",
                       "branchSummary") or "stopReason" in message:
@@ -101,6 +114,8 @@ def detect_format(messages: Sequence[Any]) -> Format:
                 votes.add("pi")
             elif kinds & {"image_url", "input_audio", "refusal"}:
                 votes.add("openai")
+    if system and not votes - {"anthropic"}:
+        votes.add("anthropic" if votes else "openai")
     if len(votes) > 1:
         raise FormatError(
             "messages mix formats (" + ", ".join(sorted(votes)) + "); pass format explicitly"
@@ -138,21 +153,21 @@ def to_views(messages: Sequence[dict[str, Any]], fmt: Format, resident: bool = T
         return Views(fmt, (), earlier.views[:start] + made if start else made,  # type: ignore
                      (1,) * len(messages))
     convert = _anthropic_views if fmt == "anthropic" else _openai_views
-    leading, views, parts, names, named = _taken(earlier, start)
-    if resident is not False and fmt == "openai":
-        leading.extend(range(len(leading), resident_count(messages, fmt)))
+    kept, views, parts, names, named = _taken(earlier, start)
+    standing = set(resident_indexes(messages, fmt, start)) if resident is not False else set()
+    kept.extend(sorted(standing))
     for index in range(start, len(messages)):
         message = messages[index]
         if not isinstance(message, dict):
             raise FormatError(f"message {index} is not an object")
-        if index < len(leading):
+        if index in standing:
             parts.append(0)
             continue
         produced = [View(m, index, part) for part, m in enumerate(convert(message, index, names))]
         views.extend(produced)
         parts.append(len(produced))
         _name_calls(named, index, produced[0].message, names)
-    return Views(fmt, tuple(leading), tuple(views), tuple(parts), named=tuple(named))
+    return Views(fmt, tuple(kept), tuple(views), tuple(parts), named=tuple(named))
 
 
 def detached(value: Any) -> Any:
@@ -202,24 +217,6 @@ def _name_calls(named: list[Named], index: int, view: dict[str, Any],
                      if b["type"] == "toolCall" and b.get("id") in names)
 
 
-def resident_count(messages: Sequence[Any], fmt: Format) -> int:
-    """How many leading messages are resident input: OpenAI's system/developer messages, and
-    in Responses those and Codex's set-up messages, before the first message of any other
-    kind (the first non-object message ends them too: converting it fails)."""
-    count = 0
-    for message in messages:
-        if not isinstance(message, dict):
-            break
-        if fmt == "openai":
-            if message.get("role") not in ("system", "developer"):
-                break
-        elif fmt != "responses" or not (responses_role(message) == "system"
-                                         or is_agent_context(message)):
-            break
-        count += 1
-    return count
-
-
 def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str]) -> list[dict]:
     role = message.get("role")
     content = message.get("content")
@@ -246,8 +243,11 @@ def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str])
                 out.append({"type": kind or "unknown"})
         has_calls = any(b["type"] == "toolCall" for b in out)
         return [{"role": "assistant", "content": out, "stopReason": _stop(message, has_calls)}]
+    if role == "system":  # resident input when a request is read (paging/resident.py)
+        return [{"role": "system", "content": [_pi_block(b) for b in blocks]}]
     if role != "user":
-        raise FormatError(f"message {index} has role {role!r}; Anthropic uses user and assistant")
+        raise FormatError(f"message {index} has role {role!r}; Anthropic uses user, assistant "
+                          "and system")
     results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
     rest = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
     out = []
@@ -407,8 +407,7 @@ def render(
             kept_parts[view.source] = []
             order.append(view.source)
         kept_parts[view.source].append(view_index)
-    out: list[dict[str, Any]] = [messages[i] for i in views.resident]
-    body: list[dict[str, Any]] = []
+    body: list[tuple[int, dict[str, Any]]] = []
     for source in order:
         indexes = kept_parts[source]
         message = messages[source]
@@ -416,12 +415,32 @@ def render(
             message = _partial(message, views, indexes)
         if any(i in replacements for i in indexes):
             message = _replace(message, views, indexes, replacements)
-        body.append(message)
+        body.append((source, message))
         if views.followers and source in views.followers:
-            body.extend(messages[i] for i in views.followers[source])
-    if notice is not None:
-        body = _with_notice(body, notice, views.format)
-    return out + body
+            body.extend((i, messages[i]) for i in views.followers[source])
+    return _with_resident(messages, views, body, notice)
+
+
+def _with_resident(messages: Sequence[dict[str, Any]], views: Views,
+                   body: list[tuple[int, dict[str, Any]]],
+                   notice: str | None) -> list[dict[str, Any]]:
+    """The kept messages with the resident ones in their places. Resident messages before the
+    first kept one come first; the notice follows them (Anthropic, whose first message must be
+    the user's, gets it in front of everything)."""
+    first = body[0][0] if body else len(messages)
+    lead = [messages[i] for i in views.resident if i < first]
+    later = [(i, messages[i]) for i in views.resident if i >= first]
+    if later:
+        body = sorted(body + later, key=_SOURCE)
+    rest = [message for _, message in body]
+    if notice is None:
+        return lead + rest
+    if views.format == "anthropic":
+        return _with_notice(lead + rest, notice, views.format)
+    return lead + _with_notice(rest, notice, views.format)
+
+
+_SOURCE = itemgetter(0)
 
 
 def _partial(message: dict[str, Any], views: Views, indexes: list[int]) -> dict[str, Any]:
@@ -495,12 +514,7 @@ def _with_notice(body: list[dict[str, Any]], notice: str, fmt: Format) -> list[d
 
 # --- OpenAI Responses input items ---------------------------------------------------------------
 
-_RESPONSES_CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
-_RESPONSES_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output",
-                                "local_shell_call_output"})
-_RESPONSES_TYPES = _RESPONSES_CALLS | _RESPONSES_OUTPUTS | {
-    "reasoning", "web_search_call", "compaction", "item_reference", "mcp_call",
-    "image_generation_call", "code_interpreter_call", "file_search_call", "computer_call"}
+_RESPONSES_TYPES = RESPONSES_MODEL | _RESPONSES_OUTPUTS
 _RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image", "input_file"})
 
 
@@ -513,33 +527,19 @@ def _is_responses_item(item: dict[str, Any]) -> bool:
         isinstance(b, dict) and b.get("type") in _RESPONSES_PARTS for b in content or ())
 
 
-# Codex opens every conversation with user-role messages that are set-up, not requests: the
-# environment, AGENTS.md and user instructions. Leading ones are resident like developer
-# messages, so paging never drops the agent's instructions.
-_AGENT_CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
-                  "<permissions instructions>")
-
-
-def is_agent_context(item: dict[str, Any]) -> bool:
-    if item.get("type", "message") != "message" or item.get("role") != "user":
-        return False
-    content = item.get("content")
-    texts = [content] if isinstance(content, str) else [
-        b.get("text") for b in content or () if isinstance(b, dict)]
-    return bool(texts) and all(isinstance(t, str) and t.lstrip().startswith(_AGENT_CONTEXT)
-                               for t in texts)
-
-
 def responses_role(item: dict[str, Any]) -> str:
-    """``user``, ``system`` (system/developer), ``output`` (a call's output) or ``model`` (any
-    other item: the model's own output, grouped into runs)."""
+    """``user``, ``system`` (system/developer, and any item that is not conversation: resident,
+    paging/resident.py), ``output`` (a call's output) or ``model`` (the model's own items,
+    grouped into runs)."""
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
         if role in ("system", "developer"):
             return "system"
         return "model" if role == "assistant" else "user"
-    return "output" if kind in _RESPONSES_OUTPUTS else "model"
+    if kind in _RESPONSES_OUTPUTS:
+        return "output"
+    return "model" if kind in RESPONSES_MODEL else "system"
 
 
 def responses_runs(items: Sequence[dict[str, Any]], start: int = 0) -> list[list[int]]:
@@ -617,11 +617,13 @@ def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True,
         earlier is not None and start) else {}
     runs = {run[0]: run for run in responses_runs(items, start)}
     in_run = {i for run in runs.values() for i in run}
-    if leading:
-        resident.extend(range(len(resident), resident_count(items, "responses")))
+    standing = set(resident_indexes(items, "responses", start)) if leading else set()
+    resident.extend(sorted(standing))
     for index in range(start, len(items)):
         item = items[index]
         role = responses_role(item)
+        if index in standing:
+            continue
         if index in runs:
             run = runs[index]
             content = [b for i in run for b in _model_block(items[i], names)]
@@ -634,8 +636,6 @@ def _responses_views(items: Sequence[dict[str, Any]], leading: bool = True,
             _name_calls(named, index, views[-1].message, names)
         elif index in in_run:
             continue  # rendered with its run's first item
-        elif index < len(resident):
-            continue
         elif role == "output":
             call_id = item.get("call_id")
             if not isinstance(call_id, str):

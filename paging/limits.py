@@ -20,7 +20,7 @@ headroom" and equals the effective budget.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_SAFE_INTEGER = 2**53 - 1
 DEFAULT_TOKEN_BUDGET = 128_000
@@ -121,3 +121,22 @@ def _scaled_target(target: int, budget: int, effective: float) -> float:
     if isinstance(effective, int):
         return max(1, target * effective // budget)
     return max(1, math.floor(target / budget * effective))
+
+
+def leave_room(limits: Limits, first_target: float, resident: float) -> tuple[Limits, float]:
+    """The trim target and the first cut's target, raised where the resident input (system
+    prompt, tools, standing messages) would leave the conversation almost no room after a cut.
+
+    A cut trims the whole input to its target. With a target at or below the resident input
+    (Claude Code sends 20,000 to 31,000 tokens of it) a cut evicts all it can and the next
+    request or the one after crosses the budget again, re-writing the prompt cache each time.
+    So a trim target is at least ``resident + (budget − resident) / 2`` and a first-cut target
+    at least ``resident + (budget − resident) / 4``; where the resident input is small neither
+    floor is reached and the configured targets stand (docs/agents.md)."""
+    room = limits.budget_tokens - resident
+    if not (math.isfinite(room) and room > 0 and resident > 0):
+        return limits, first_target
+    trim = resident + room / 2
+    if limits.target_tokens < trim:
+        limits = replace(limits, target_tokens=trim)
+    return limits, min(limits.target_tokens, max(first_target, resident + room / 4))

@@ -98,3 +98,45 @@ def recovery_replacement(history_id: str, tool_call_id: str) -> str:
             f"Read the exact stored result with {read_call(history_id, tool_call_id)}.",
         ]
     )
+
+
+# The notice for an agent without the recovery tools (Pi has no MCP client): the same facts,
+# with the CLI commands that do what each tool does, run in the agent's shell.
+_SHELL_LINES = {
+    "Find stored items with search_history or browse_history.":
+        'Find stored items with the shell command: context-paging search "<words>" '
+        "--session {session} (or context-paging browse --session {session}).",
+    "Fetch exact items with load_history or exact output pages with read_context_output.":
+        "Show exact items with: context-paging show <history_id> --session {session}; "
+        "a whole tool output with: context-paging recall <tool_call_id> --session {session}.",
+    "To get it back, use search_history or browse_history, then load_history or"
+    " read_context_output.":
+        'To get it back, run: context-paging search "<words>" --session {session}, then '
+        "context-paging recall <tool_call_id> --session {session}.",
+}
+_READ_PREFIX = "Read that evicted tool output with read_context_output("
+
+
+def shell_notice(notice: str, session: str) -> str:
+    """``notice`` with each tool named replaced by the CLI command for ``session``; the same
+    notice in gives the same text out."""
+    lines = []
+    for line in notice.split("\n"):
+        if line in _SHELL_LINES:
+            line = _SHELL_LINES[line].format(session=session)
+        elif line.startswith(_READ_PREFIX):
+            line = _shell_read(line, session)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _shell_read(line: str, session: str) -> str:
+    import json
+
+    try:
+        arguments = json.loads(line[len(_READ_PREFIX):].removesuffix(".").removesuffix(")"))
+        history_id, call_id = arguments["history_id"], arguments["tool_call_id"]
+    except (ValueError, KeyError, TypeError):
+        return line
+    return (f"Read that evicted tool output with: context-paging output {history_id} "
+            f"--tool-call-id {call_id} --session {session}.")

@@ -27,11 +27,11 @@ from context_paging.paging.formats import (
     FormatError,
     Views,
     detect_format,
-    resident_count,
     reusable,
     to_views,
 )
 from context_paging.paging.messages import INTERRUPTED, tool_call_blocks, tool_call_ids
+from context_paging.paging.resident import resident_indexes
 from context_paging.paging.units import Normalized, normalize
 
 Prints = Callable[[Collection[int]], Sequence[str | None]]
@@ -174,13 +174,13 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
     elif earlier is not None:
         # The whole conversation again: its fingerprints (mostly reused, index.request) show
         # how many leading messages are the earlier request's, so they are taken first here.
-        resident = range(resident_count(messages, fmt))
+        resident = frozenset(resident_indexes(messages, fmt))
         try:
-            fingerprints = tuple(prints(frozenset(ephemeral) | frozenset(resident)))
+            fingerprints = tuple(prints(frozenset(ephemeral) | resident))
         except Exception:  # noqa: BLE001 — not JSON: read from scratch, its error first
             earlier = None
         else:
-            shared = _unchanged(fingerprints, earlier, len(resident))
+            shared = _unchanged(fingerprints, earlier, resident)
     start = reusable(messages, fmt, shared)
     views = to_views(messages, fmt, True, earlier.views if earlier else None, start)
     skip = frozenset(ephemeral) | frozenset(views.resident)
@@ -234,14 +234,18 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
 _MESSAGE = attrgetter("message")
 
 
-def _unchanged(fingerprints: Sequence[str | None], earlier: Request, resident: int) -> int:
+def _unchanged(fingerprints: Sequence[str | None], earlier: Request,
+               resident: frozenset[int]) -> int:
     """How many leading messages of a whole-conversation request have the JSON values of the
     earlier request's: those with its fingerprints, up to the first outgoing-only one that is
     not resident input (no fingerprint, so nothing says it is unchanged). Resident messages
-    have none either, but no view depends on one: only their number counts, so the same
-    leading resident messages are passed over."""
+    have none either, but no view depends on one: only their places count, so resident
+    messages at the same places in both are passed over."""
     count = common_start(fingerprints, earlier.fingerprints)
-    lead = resident if earlier.views.resident == tuple(range(resident)) else 0
-    if None in fingerprints[lead:count]:
-        count = fingerprints.index(None, lead, count)
+    at = 0
+    while None in fingerprints[at:count]:
+        at = fingerprints.index(None, at, count)
+        if at not in resident or at not in earlier.views.resident:
+            return at
+        at += 1
     return count

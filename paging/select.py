@@ -59,7 +59,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from context_paging.paging.estimate import js_number
-from context_paging.paging.limits import ContextSelectionError, Limits, context_limits
+from context_paging.paging.limits import (
+    ContextSelectionError,
+    Limits,
+    context_limits,
+    leave_room,
+)
 from context_paging.paging.notice import (
     overflow_notice,
     paging_notice,
@@ -206,6 +211,7 @@ def select_context(
         weights = None
     if weights is not None:
         resident_tokens, estimates = weights.resident_tokens, weights.message_tokens
+    limits, first_target = leave_room(limits, first_target, resident_tokens)
     # Outgoing system messages are covered by the resident estimate.
     # (``role_of`` as a map in C: this and the costs are passes over the whole conversation.)
     roles = list(map(_ROLE, messages))

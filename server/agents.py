@@ -13,6 +13,7 @@ What each agent gets (docs/agents.md, "Setting each agent up"):
 - **Pi**: ``~/.pi/agent/models.json`` → the built-in ``anthropic`` and ``openai`` providers'
   ``baseUrl`` re-pointed (models and auth stay), and ``~/.pi/agent/settings.json`` →
   ``compaction.enabled = false``. Pi has no MCP client; the recovery commands are the CLI's.
+  ``run -- pi`` uses a temporary agent directory instead (:func:`pi_run_directory`).
 
 Without ``--write`` the changes are printed. With it each file is rewritten atomically and the
 previous one kept as ``<file>.bak`` (undo: move it back). TOML is edited as text — only the lines
@@ -86,12 +87,32 @@ def planned_changes(client: str, port: int, home: Path) -> list[tuple[Path, str,
     if client == "pi":
         models = home / ".pi" / "agent" / "models.json"
         settings = home / ".pi" / "agent" / "settings.json"
-        patch = {"providers": {"anthropic": {"baseUrl": url}, "openai": {"baseUrl": f"{url}/v1"}}}
-        return [(models, _json(_merge(_load_json(models), patch)),
+        return [(models, _json(_merge(_load_json(models), pi_providers(url))),
                  "providers.anthropic/openai.baseUrl → the proxy"),
                 (settings, _json(_merge(_load_json(settings), {"compaction": {"enabled": False}})),
                  "compaction.enabled = false")]
     raise clients.InstallError(f"unknown client {client!r}")
+
+
+def pi_providers(url: str) -> dict[str, Any]:
+    """The part of Pi's models.json that re-points its built-in providers at the proxy."""
+    return {"providers": {"anthropic": {"baseUrl": url}, "openai": {"baseUrl": f"{url}/v1"}}}
+
+
+def pi_run_directory(url: str, environ: dict[str, str], scratch: Path) -> Path:
+    """A Pi agent directory for one ``context-paging run -- pi``: Pi ignores the base-URL
+    variables and reads its providers from ``models.json`` in the directory
+    ``PI_CODING_AGENT_DIR`` names. ``scratch`` gets a link to every entry of the user's own
+    directory (sessions, auth, settings …) and a ``models.json`` with the built-in providers
+    re-pointed; the user's files are not changed. Sessions land in the user's own folder."""
+    real = Path(environ.get("PI_CODING_AGENT_DIR") or user_home(environ) / ".pi" / "agent")
+    (real / "sessions").mkdir(parents=True, exist_ok=True)
+    for entry in real.iterdir():
+        if entry.name != "models.json":
+            (scratch / entry.name).symlink_to(entry)
+    models = _merge(_load_json(real / "models.json"), pi_providers(url))
+    (scratch / "models.json").write_text(_json(models), encoding="utf-8")
+    return scratch
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -181,4 +202,38 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> t
                      f"{tally.get('updated', '?')} ({tally.get('last_mode', '?')})")
     else:
         lines.append("requests: none proxied yet with this home")
-    return up and bool(agents) and bool(tally), "\n".join(lines)
+    paging_ok, paging = paging_report(data_home)
+    lines += paging
+    return up and bool(agents) and bool(tally) and paging_ok, "\n".join(lines)
+
+
+SHOWN_CONVERSATIONS = 8
+
+
+def paging_report(data_home: Path) -> tuple[bool, list[str]]:
+    """Per proxied conversation, the newest first: how many requests were paged, sent whole
+    within the budget, or failed open (forwarded as received), with the last reason. A
+    conversation whose every request failed open is never paged: that fails the check."""
+    from context_paging.index.proxied import tallies
+
+    found = tallies(data_home)
+    if not found:
+        return True, []
+    lines, ok = ["paging per conversation (newest first):"], True
+    for tally in found[:SHOWN_CONVERSATIONS]:
+        requests, failed = int(tally.get("requests", 0)), int(tally.get("failed_open", 0))
+        modes = tally.get("modes") if isinstance(tally.get("modes"), dict) else {}
+        paged = sum(n for m, n in modes.items() if m not in ("within_budget", "disabled"))
+        whole = int(modes.get("within_budget", 0))
+        line = (f"{tally.get('session', '?')} ({tally.get('api', '?')}): {requests:,} "
+                f"request{'' if requests == 1 else 's'}"
+                f" — {paged:,} paged, {whole:,} within budget, {failed:,} failed open")
+        if requests and failed == requests:
+            ok = False
+            line = f"✗ {line}; it is never paged: {tally.get('last_fail_open', '?')}"
+        elif failed:
+            line += f"; the last because {tally.get('last_fail_open', '?')}"
+        lines.append("  " + line)
+    if len(found) > SHOWN_CONVERSATIONS:
+        lines.append(f"  … and {len(found) - SHOWN_CONVERSATIONS:,} older conversations")
+    return ok, lines

@@ -28,7 +28,10 @@ from typing import Any
 import anyio.to_thread
 import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
+from context_paging.paging.notice import shell_notice
+from context_paging.paging.resident import is_resident
 from context_paging.server import wire
+from context_paging.server.conversations import Chains
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
 from starlette.background import BackgroundTask
@@ -88,12 +91,16 @@ class Proxy:
         # per conversation: the provider's usage for the latest reply, which the next request
         # contains; select_context calibrates its estimate with it
         self._usage: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._chains = Chains()  # conversations that carry no session id (server/conversations.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send, self.client)
             return
         if scope["type"] != "http":
+            return
+        if _websocket_upgrade(scope):
+            await _refuse_upgrade(send)
             return
         request = Request(scope, receive)
         if request.url.path == HEALTH_PATH:  # the one path the proxy answers itself (doctor)
@@ -154,7 +161,7 @@ class Proxy:
         body = wire.read_body(raw, api.field)
         value = body.value
         conversation = value[api.field]
-        session = wire.conversation_key(api, value, headers)
+        session = self._conversation(api, body, headers)
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
@@ -162,15 +169,23 @@ class Proxy:
         if pinned:  # counted as resident input: it stays in every window
             system = ([{"type": "text", "text": system}] if isinstance(system, str)
                       else list(system or [])) + pinned
-        reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
-                            model=model, usage=self._usage.get(session))
+        try:
+            reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
+                                model=model, usage=self._usage.get(session))
+        except Exception as exc:
+            self._failed_open(session, api, exc, raw)
+            raise  # forwarded unchanged by the caller, with its log line
         window = reply["messages"]
         unchanged = (len(window) == len(conversation)
                      and all(a is b for a, b in zip(window, conversation, strict=True)))
-        if pinned and any(m is conversation[0] for m in window):
+        if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
+        notice = reply.get("notice")
+        text = notice
+        if notice and not has_recovery_tools(api, body):  # Pi, or no MCP server registered
+            text = shell_notice(notice, f"ledger:{session}")
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
-            window, reply.get("notice"), session, pinned))
+            window, notice, text, session, pinned))
         if self.log is None:
             return out, None, session
         previous = self._previous.pop(session, None)
@@ -188,6 +203,25 @@ class Proxy:
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
         return out, note, session
+
+    def _failed_open(self, session: str, api: wire.Api, exc: Exception, raw: bytes) -> None:
+        """Count a request the window could not be made for, with why (``doctor``)."""
+        if self.log is None:
+            return
+        failed = failure(exc)
+        reason = f"{failed.code}: {failed.message}" if failed else f"{type(exc).__name__}: {exc}"
+        try:
+            with self._log_lock:
+                self.log.record_failure(session, api.name, reason, raw)
+        except Exception as error:  # stats are best effort
+            log.warning("proxy: stats not written: %s: %s", type(error).__name__, error)
+
+    def _conversation(self, api: wire.Api, body: wire.Body, headers: Mapping[str, str]) -> str:
+        """The ledger session: by the agent's session id, else by the chain of messages."""
+        key = wire.conversation_key(api, body.value, headers)
+        if wire.agent_session(api, body.value, headers) is None:
+            key = self._chains.key(body, key)
+        return key
 
     # --- forwarding -------------------------------------------------------------------------
 
@@ -251,23 +285,55 @@ def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pinned
 
 
-def _name_session(window: list[dict[str, Any]], notice: str | None, session: str,
-                  pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-    """The notice names the ledger session the recovery tools take (the proxy's conversation
-    is not the one the MCP server would guess), followed by the pinned context blocks. Same
-    notice in, same bytes out."""
+def _holds(window: list[dict[str, Any]], block: dict[str, Any]) -> bool:
+    """Whether a message near the window's start still carries this very block (the notice may
+    have been put in front of the first message, which makes that message a new object)."""
+    for message in window[:4]:
+        content = message.get("content")
+        if isinstance(content, list) and any(b is block for b in content):
+            return True
+    return False
+
+
+# How the recovery tools show in a request: by name (Claude Code lists
+# ``mcp__context-paging__search_history``), or as Codex's deferred namespace for the server
+# (``mcp__context_paging``, its name normalized), listed without its tools.
+_TOOL_MARKS = ("search_history", "mcp__context_paging", "mcp__context-paging")
+
+
+def has_recovery_tools(api: wire.Api, body: wire.Body) -> bool:
+    """Whether the agent was given this project's recovery tools (an MCP client that has the
+    server registered): in ``tools``, or in a resident item that carries tool lists (Codex's
+    ``additional_tools``, its deferred tool namespaces)."""
+    span = body.spans.get("tools")
+    if span and isinstance(body.value.get("tools"), list) and _marked(body.text, *span):
+        return True
+    return any(_marked(body.text, start, end)
+               for (start, end), item in zip(body.items, body.value[api.field], strict=True)
+               if is_resident(item, api.fmt))
+
+
+def _marked(text: str, start: int, end: int) -> bool:
+    part = text[start:end]
+    return any(mark in part for mark in _TOOL_MARKS)
+
+
+def _name_session(window: list[dict[str, Any]], notice: str | None, text: str | None,
+                  session: str, pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The notice, worded as ``text`` (the tools or the CLI commands), names the ledger session
+    the recovery tools take (the proxy's conversation is not the one the MCP server would
+    guess), followed by the pinned context blocks. Same notice in, same bytes out."""
     if not notice:
         return window
-    named = f"{notice}\nSession for those tools: \"ledger:{session}\"."
+    named = f"{text}\nSession for those tools: \"ledger:{session}\"."
     out = list(window)
-    for index, message in enumerate(out[:4]):
+    for index, message in enumerate(out[:NOTICE_REACH]):
         content = message.get("content")
         if content == notice:
-            if pinned:
-                content = [{"type": "text", "text": notice}]
-            else:
+            if not pinned:
                 out[index] = {**message, "content": named}
                 return out
+            content = [{"type": "text", "text": notice}]
         if isinstance(content, list):
             for k, block in enumerate(content):
                 if isinstance(block, dict) and block.get("text") == notice:
@@ -275,6 +341,28 @@ def _name_session(window: list[dict[str, Any]], notice: str | None, session: str
                     out[index] = {**message, "content": blocks}
                     return out
     return window
+
+
+# The notice comes after the resident items that precede the kept messages (Codex sends a
+# dozen: its tool list, developer messages, environment).
+NOTICE_REACH = 64
+
+
+def _websocket_upgrade(scope: Scope) -> bool:
+    return any(k == b"upgrade" and v.lower() == b"websocket" for k, v in scope["headers"])
+
+
+async def _refuse_upgrade(send: Send) -> None:
+    """Codex tries a WebSocket before HTTP and retries a refusal for about six seconds, except
+    426 Upgrade Required, after which it posts at once (measured with Codex CLI 0.171.0). The
+    proxy pages HTTP requests only, so every upgrade gets that answer, without going upstream."""
+    body = wire.dumps({"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "context-paging proxy: WebSocket is not supported; use HTTP"}}).encode()
+    await send({"type": "http.response.start", "status": 426, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> None:

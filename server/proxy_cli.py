@@ -8,10 +8,12 @@ All of them print on stdout and log on stderr; none of them touches the agents' 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -72,8 +74,23 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
                  idle=history.idle), history
 
 
+class _Quiet(logging.Filter):
+    """uvicorn warns about every WebSocket upgrade when no WebSocket library is installed; the
+    proxy answers those itself (server/proxy.py), so the warning would only reach the agent's
+    terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not (text.startswith("Unsupported upgrade request")
+                    or text.startswith("No supported WebSocket library"))
+
+
 def _server(app: Proxy, sock: socket.socket):
     import uvicorn
+
+    quiet = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _Quiet) for f in quiet.filters):
+        quiet.addFilter(_Quiet())
 
     # Our own logging (stderr); no Server/Date headers added to the provider's reply.
     config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
@@ -113,8 +130,10 @@ def cmd_proxy(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def child_environment(program: str, url: str, environ: dict[str, str]) -> tuple[dict, list]:
-    """Environment and extra arguments that send one agent's requests to ``url``."""
+def child_environment(program: str, url: str, environ: dict[str, str],
+                      scratch: Path | None = None) -> tuple[dict, list]:
+    """Environment and extra arguments that send one agent's requests to ``url``; ``scratch``
+    is an empty private directory that lives as long as the child (Pi's is made there)."""
     env = dict(environ)
     extra: list[str] = []
     name = Path(program).name
@@ -122,6 +141,8 @@ def child_environment(program: str, url: str, environ: dict[str, str]) -> tuple[
         # OPENAI_BASE_URL is gone from Codex; the top-level openai_base_url reroutes the
         # built-in provider and keeps its login (docs/agents.md).
         extra = ["-c", f'openai_base_url="{url}/v1"']
+    elif name == "pi" and scratch is not None:  # Pi reads base URLs from models.json only
+        env["PI_CODING_AGENT_DIR"] = str(agents.pi_run_directory(url, environ, scratch))
     else:
         env["ANTHROPIC_BASE_URL"] = url
         env["OPENAI_BASE_URL"] = f"{url}/v1"
@@ -144,18 +165,23 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     server = _server(app, sock)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()  # the socket already listens: the child can connect at once
-    env, extra = child_environment(child[0], url, dict(os.environ))
-    print(f"context-paging: {child[0]} through the proxy at {url}", file=sys.stderr)
+    scratch = tempfile.TemporaryDirectory(prefix="context-paging-run-")
     try:
+        env, extra = child_environment(child[0], url, dict(os.environ), Path(scratch.name))
+        print(f"context-paging: {child[0]} through the proxy at {url}", file=sys.stderr)
         return subprocess.call([child[0], *extra, *child[1:]], env=env)
     except FileNotFoundError:
         print(f"context-paging: command not found: {child[0]}", file=sys.stderr)
         return 127
+    except OSError as exc:
+        print(f"context-paging: cannot set {child[0]} up: {exc}", file=sys.stderr)
+        return 2
     finally:
         server.should_exit = True
         thread.join(timeout=10)
         history.close()
         sock.close()
+        scratch.cleanup()
 
 
 # --- install-proxy and doctor (what they change and check: server/agents.py) -------------

@@ -11,10 +11,13 @@ request and the provider's prompt cache keeps hitting.
 
 Conversation keys: a ledger session per conversation the agent runs. Claude Code sends its
 session id (header ``X-Claude-Code-Session-Id``, or inside ``metadata.user_id``), but its title
-calls and subagents share it, so the key adds a short fingerprint of the conversation's start
-(first message and the tool names): the main conversation keeps one ledger session, a subagent
-gets its own, and a side call never moves the main conversation's cut. OpenAI requests are keyed
-by ``conversation`` or ``prompt_cache_key`` (Codex sends the thread id there).
+calls and subagents share it, so the key adds a short fingerprint of the conversation's opening
+(its first message without ``cache_control`` markers, and whether tools are sent — not their
+names, which grow when an MCP server connects late): the main conversation keeps one ledger
+session, a subagent gets its own, and a side call never moves the main conversation's cut.
+OpenAI requests are keyed by ``conversation`` or ``prompt_cache_key`` (Codex sends the thread id
+there) or Codex's ``session-id`` header. A request with no id at all (Pi) is told apart by its
+chain of messages (server/conversations.py), never by its opening alone.
 """
 
 from __future__ import annotations
@@ -26,11 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from context_paging.paging.formats import is_agent_context
+from context_paging.paging.resident import is_agent_context
 
 _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class ShapeError(ValueError):
@@ -199,25 +201,51 @@ def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]
     return None
 
 
-def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:
-    """The ledger session id of this request's conversation (see the module docstring)."""
+def opening(api: Api, value: Mapping[str, Any]) -> str:
+    """A short digest of how the conversation opens: its first message (for OpenAI, the first
+    user message that is not set-up) without cache markers, and whether tools are sent."""
     conversation = value.get(api.field) or []
-    tools = value.get("tools")
-    names = sorted(str(t.get("name") or (t.get("function") or {}).get("name") or "")
-                   for t in tools if isinstance(t, dict)) if isinstance(tools, list) else []
     start = conversation[0] if conversation else None
     if api is not ANTHROPIC:
         # OpenAI conversations open with resident developer/system messages that can change
         # (permissions, environment); the first user message names the conversation better.
-        # (Codex's leading environment / AGENTS.md messages are the same in every thread of a
-        # directory, so the first real request names it.)
         start = next((m for m in conversation if m.get("role") == "user"
                       and not is_agent_context(m)), start)
-    seed = json.dumps([start, names], sort_keys=True, ensure_ascii=True)
-    digest = hashlib.blake2b(seed.encode(), digest_size=5).hexdigest()
+    tools = value.get("tools")
+    seed = json.dumps([without_markers(start), bool(tools)], sort_keys=True, ensure_ascii=True)
+    return hashlib.blake2b(seed.encode(), digest_size=5).hexdigest()
+
+
+def without_markers(value: Any) -> Any:
+    """A JSON value without its ``cache_control`` keys (agents move them between requests)."""
+    if isinstance(value, dict):
+        return {k: without_markers(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_markers(v) for v in value]
+    return value
+
+
+def safe_name(session: str) -> str:
+    """The agent's id as a file-safe name, one to one: letters, digits, ``.`` and ``-`` stay,
+    every other byte (``_`` included) becomes ``_`` and two hex digits, so ``team/a`` and
+    ``team-a`` stay apart. A name longer than 80 keeps 60 characters, then ``__`` (which no
+    escape makes) and a digest of the whole."""
+    name = "".join(c if _SAFE.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode())
+                   for c in session)
+    if len(name) > 80:
+        name = name[:60] + "__" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
+    return name
+
+
+_SAFE = re.compile(r"[A-Za-z0-9.-]")
+
+
+def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:
+    """The ledger session id of this request's conversation (see the module docstring); with no
+    agent session id, the opening's key, which server/conversations.py tells apart further."""
     session = agent_session(api, value, headers)
-    name = _UNSAFE.sub("-", session).strip("-.")[:80] if session else "anon"
-    return f"{api.prefix}-{name or 'anon'}-{digest}"
+    name = safe_name(session) if session else "anon"
+    return f"{api.prefix}-{name}-{opening(api, value)}"
 
 
 # --- usage of the provider's reply --------------------------------------------------------------

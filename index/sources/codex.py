@@ -64,15 +64,10 @@ from context_paging.index.model import (
     ToolCall,
     Usage,
 )
+from context_paging.paging.resident import AGENT_CONTEXT_PREFIXES
 
-_CONTEXT_PREFIXES = (  # the known markers and newer codex-rs builds'; compared lower-cased
-    "<environment_context>", "<user_instructions>", "# agents.md instructions",
-    "<permissions instructions>", "<app-context>", "<collaboration_mode>",
-    "<skills_instructions>", "<plugins_instructions>", "<subagent_notification>",
-    "<subagent_context>", "<codex_internal_context", "<goal_context>", "<additional_context>",
-    "<turn_aborted>", "<skill>", "<recommended_plugins>", "<model_switch>", "<hook_prompt",
-    "<multi_agent_mode>", "<external_", "<legacy_", "========= memory_summary begins",
-)
+# Set-up user messages (environment, AGENTS.md …): the proxy's resident table, one list for both.
+_CONTEXT_PREFIXES = AGENT_CONTEXT_PREFIXES
 _SHELL_PREFIX = "<user_shell_command>"
 _IDE_CONTEXT, _IDE_REQUEST = "# Context from my IDE setup:", "## My request for Codex:"
 _MEDIA_LABEL = re.compile(r"</?(?:local_)?(?:image|audio)\b[^>]*>")
@@ -90,6 +85,7 @@ _FIXED_NAMES = {
 _ASSISTANT_TEXT = frozenset({"output_text", "input_text", "text", "refusal"})
 _NO_OUTPUT_ITEM = frozenset({"web_search_call", "image_generation_call"})
 _OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output", "tool_search_output"})
+# Not conversation (paging/resident.py: ``additional_tools`` is resident in a request too).
 _HARNESS_ITEMS = frozenset({
     "ghost_snapshot", "additional_tools", "compaction", "compaction_summary", "context_compaction",
 })

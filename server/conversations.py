@@ -1,0 +1,67 @@
+"""Which ledger conversation a request without an agent session id belongs to.
+
+Pi sends no session id, and two Pi sessions started with the same prompt send the same first
+request, so the opening cannot tell them apart. Their messages can: an agent sends its whole
+history every request, so each request extends the previous one of its conversation. The proxy
+keeps, per conversation, a digest of the chain of messages of its latest request; a request
+whose messages start with that chain continues it, any other starts a conversation of its own.
+A message's digest is taken from its bytes as received, without ``cache_control`` markers (which
+agents move to the newest message every request). An exact repeat of the latest request (a
+retry) stays in its conversation; two sessions that opened alike part at their first
+different message. The chains live in the proxy's memory: after a restart a continuing
+conversation starts a new ledger session, which stores its history again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import threading
+from collections import OrderedDict
+
+from context_paging.server.wire import Body
+
+_MARKER = re.compile(r',\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*,?')
+KEPT = 512  # conversations remembered (the oldest is forgotten first)
+
+
+def chain(body: Body) -> list[bytes]:
+    """The digest of every prefix of the conversation array: ``chain[i]`` covers items 0..i."""
+    out: list[bytes] = []
+    previous = b""
+    for start, end in body.items:
+        text = body.text[start:end]
+        if '"cache_control"' in text:
+            text = _MARKER.sub("", text)
+        previous = hashlib.blake2b(previous + text.encode(), digest_size=16).digest()
+        out.append(previous)
+    return out
+
+
+class Chains:
+    """The latest chain of each conversation that has no agent session id."""
+
+    def __init__(self, kept: int = KEPT) -> None:
+        self.kept = kept
+        self._latest: OrderedDict[bytes, str] = OrderedDict()  # latest chain -> ledger session
+        self._lock = threading.Lock()
+
+    def key(self, body: Body, opening: str) -> str:
+        """The ledger session of this request: the conversation its messages continue, else a
+        new one: its opening's key and six random hex digits, so that no two conversations
+        share a ledger session, whenever they ran."""
+        digests = chain(body)
+        with self._lock:
+            name = None
+            for digest in reversed(digests):
+                name = self._latest.pop(digest, None)
+                if name is not None:
+                    break
+            if name is None:  # never a name used before, in this process or an earlier one
+                name = f"{opening}-{secrets.token_hex(3)}"
+            if digests:
+                self._latest[digests[-1]] = name
+                while len(self._latest) > self.kept:
+                    self._latest.popitem(last=False)
+            return name
