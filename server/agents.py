@@ -28,9 +28,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 from context_paging.server import clients
-from context_paging.server.proxy import HEALTH_PATH
+from context_paging.server.endpoints import HEALTH_PATH
 
 PROVIDER = "paging"
 CODEX_COMPACT_LIMIT = 1_000_000_000
@@ -161,6 +160,7 @@ def _points_at(port: int, home: Path, environ: dict[str, str]) -> list[str]:
 
 
 def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> tuple[bool, str]:
+    import httpx2 as httpx
     from context_paging.index.proxied import conversation_stats, last_proxied
 
     lines = []
