@@ -39,7 +39,8 @@ def imported_by(code: str) -> list[str]:
 
 @pytest.mark.parametrize("argv", [["--version"], ["config"],
                                   ["install-config", "--client", "claude-code"],
-                                  ["install-proxy", "--client", "claude-code"]])
+                                  ["install-proxy", "--client", "claude-code"],
+                                  ["doctor", "--port", "9"]])
 def test_a_command_that_only_prints_loads_no_index_sdk_or_http_stack(argv, tmp_path):
     code = ("import contextlib, io, os\n"
             f"os.environ['HOME'] = {str(tmp_path)!r}\n"
