@@ -35,14 +35,16 @@ class LoadingHistory:
         self._done = threading.Event()
         self._history: History | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._load, name="context-paging-load",
-                                        daemon=True)
+        self._started = threading.Lock()  # taken by whoever loads: the thread, or a first call
 
     def start(self) -> LoadingHistory:
-        self._thread.start()
+        """Load on a daemon thread from now on (else the first call that needs it loads it)."""
+        threading.Thread(target=self._load, name="context-paging-load", daemon=True).start()
         return self
 
     def _load(self) -> None:
+        if not self._started.acquire(blocking=False):
+            return  # loading already
         try:
             history = self._build()
             history.context  # noqa: B018  # the window's service and the tokenizer, loaded now
@@ -60,6 +62,7 @@ class LoadingHistory:
 
     def loaded(self) -> History:
         """The History, once loaded (its loading error, raised, if it failed)."""
+        self._load()
         self._done.wait()
         if self._history is None:
             assert self._error is not None

@@ -118,3 +118,20 @@ async def test_a_history_that_failed_to_load_is_a_tool_error_not_a_hang(tmp_path
                 "messages": [{"role": "user", "content": "hello"}]})
     assert reply.is_error
     assert reply.content[0].text.startswith("STORAGE_ERROR: ")
+
+
+def test_a_history_never_started_in_the_background_is_loaded_by_its_first_call(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    built = []
+
+    def build():
+        built.append(threading.current_thread().name)
+        return make_history(settings)
+
+    loading = LoadingHistory(build, distill_config(settings))
+    assert not loading.ready and built == []
+    reply = loading.select_context("first", [{"role": "user", "content": "hi"}],
+                                   fmt="anthropic")
+    assert reply["mode"] == "within_budget"
+    assert built == [threading.current_thread().name]  # loaded once, by the call itself
+    loading.close()
