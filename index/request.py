@@ -22,7 +22,7 @@ from itertools import repeat, takewhile
 from operator import eq, itemgetter
 from typing import Any
 
-from context_paging.index.ledger import LedgerSession, fingerprint
+from context_paging.index.ledger import LedgerSession, fingerprint, fingerprints
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
 from context_paging.paging.request import Request
@@ -123,8 +123,7 @@ class FingerprintMemo:
         first messages (an ``after_id`` request), whose fingerprints are known by id."""
         known = list(map(self._by_id.get, stored))
         if stored and None not in known:
-            return [*known, *(None if i in skip else fingerprint(m)
-                              for i, m in enumerate(messages[len(known):], len(known)))]
+            return [*known, *_fingerprints(messages, len(known), skip)]
         previous, prints = self._last.get(session, ((), []))
         # The unchanged prefix, compared in C against the snapshot (each message's numbers
         # strictly, :func:`_equal`): its snapshots and fingerprints are kept as they are.
@@ -141,13 +140,21 @@ class FingerprintMemo:
         if None in out:  # skipped last time, not now
             out = [None if i in skip else p or fingerprint(messages[i])
                    for i, p in enumerate(out)]
-        out += [None if i in skip else fingerprint(m)
-                for i, m in enumerate(messages[reused:], reused)]
+        out += _fingerprints(messages, reused, skip)
         self._last[session] = ([*previous[:reused], *map(strict, messages[reused:])], out)
         self._last.move_to_end(session)
         while len(self._last) > SESSIONS:
             self._last.popitem(last=False)
         return out
+
+
+def _fingerprints(messages: Sequence[Any], start: int,
+                  skip: Collection[int]) -> list[str | None]:
+    """The fingerprints of ``messages[start:]``, None for the ``skip`` ones (index.ledger
+    ``fingerprints``: a large batch hashes beside its serialization)."""
+    indexes = range(start, len(messages))
+    prints = iter(fingerprints([messages[i] for i in indexes if i not in skip]))
+    return [None if i in skip else next(prints) for i in indexes]
 
 
 def expand(ledger: LedgerSession, after_id: str, messages: Sequence[Any], fmt: str,
