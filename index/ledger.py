@@ -94,59 +94,6 @@ def fingerprint(message: Any) -> str:
     return hashlib.sha256(canonical(message)).hexdigest()[:32]
 
 
-# Canonical JSON handed to the hashing helper at a time: large enough that handing it over
-# costs nothing next to hashing it, small enough that the last batch's wait is short.
-HASH_BATCH_BYTES = 1 << 20
-
-
-def fingerprints(messages: Sequence[Any]) -> list[str]:
-    """``[fingerprint(m) for m in messages]``, the same values.
-
-    Where a core is free (``index.window_estimate.spare_core``), each megabyte of canonical
-    JSON is hashed on a helper thread while this one writes the next: hashlib releases the GIL
-    while it hashes a large buffer, so a first request of 15 MiB hashes beside its own
-    serialization instead of after it. Smaller requests never fill a batch and stay here."""
-    from context_paging.index.window_estimate import spare_core
-
-    if not spare_core():
-        return [fingerprint(m) for m in messages]
-    done: list[Future[list[str]]] = []
-    batch: list[bytes] = []
-    size = 0
-    for message in messages:
-        data = canonical(message)
-        batch.append(data)
-        size += len(data)
-        if size >= HASH_BATCH_BYTES:
-            try:
-                done.append(_hasher().submit(_digests, batch))
-            except RuntimeError:  # the interpreter is shutting down: hash it here
-                done.append(_finished(_digests(batch)))
-            batch, size = [], 0
-    tail = _digests(batch)
-    return [print_ for future in done for print_ in future.result()] + tail
-
-
-def _digests(batch: list[bytes]) -> list[str]:
-    return [hashlib.sha256(data).hexdigest()[:32] for data in batch]
-
-
-def _finished(value: list[str]) -> Future[list[str]]:
-    future: Future[list[str]] = Future()
-    future.set_result(value)
-    return future
-
-
-_HASHER: list[ThreadPoolExecutor] = []
-
-
-def _hasher() -> ThreadPoolExecutor:
-    """The hashing helper thread, made on first use."""
-    if not _HASHER:
-        _HASHER.append(ThreadPoolExecutor(1, thread_name_prefix="context-paging-hash"))
-    return _HASHER[0]
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

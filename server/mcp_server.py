@@ -402,7 +402,7 @@ def make_history(settings: Settings, distill: DistillConfig | None = None) -> Hi
     from context_paging.server.tokens import text_counter
 
     paging = settings.values["paging"]
-    distill = distill or distill_config(settings)
+    distill = distill_config(settings) if distill is None else distill
     context = ContextSettings(enabled=paging["enabled"], token_budget=paging["token_budget"],
                               trim_to_tokens=paging["trim_to_tokens"],
                               first_cut=paging["first_cut"],

@@ -215,10 +215,10 @@ def test_a_host_editing_its_message_in_place_gets_a_new_view():
                              max_leaves=12), max_size=30),
        st.integers(1, 2_000))
 def test_fingerprints_hashed_on_the_helper_are_each_messages_own(messages, batch):
-    from context_paging.index import ledger, window_estimate
+    from context_paging.index import request, window_estimate
 
     expected = [fingerprint(m) for m in messages]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ledger, "HASH_BATCH_BYTES", batch)
+        patch.setattr(request, "HASH_BATCH_BYTES", batch)
         patch.setattr(window_estimate, "spare_core", lambda: True)
-        assert ledger.fingerprints(messages) == expected
+        assert request.fingerprints(messages) == expected

@@ -155,8 +155,8 @@ def _facts_from_scratch(outputs, calls, reach):
 @pytest.fixture(autouse=True)
 def hashing_beside_serialization(monkeypatch):
     """The fast services hash fingerprints on the helper thread, a batch every 256 bytes,
-    whatever the machine's load (``index.ledger.fingerprints``)."""
-    monkeypatch.setattr(ledger, "HASH_BATCH_BYTES", 256)
+    whatever the machine's load (``index.request.fingerprints``)."""
+    monkeypatch.setattr(request_module, "HASH_BATCH_BYTES", 256)
     monkeypatch.setattr(window_estimate, "spare_core", lambda: True)
 
 
