@@ -61,12 +61,16 @@ class LoadingHistory:
         return self._done.is_set()
 
     def loaded(self) -> History:
-        """The History, once loaded (its loading error, raised, if it failed)."""
+        """The History, once loaded. A load that failed raises its error here, once: the next
+        call loads again (a full disk or a wrong permission may have been fixed since)."""
         self._load()
         self._done.wait()
         if self._history is None:
-            assert self._error is not None
-            raise self._error
+            error, self._error = self._error, None
+            self._done.clear()
+            self._started.release()
+            assert error is not None
+            raise error
         return self._history
 
     def __getattr__(self, name: str) -> Any:

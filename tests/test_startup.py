@@ -104,20 +104,31 @@ async def test_serve_lists_its_tools_and_answers_a_call_once_the_history_has_loa
 
 
 @pytest.mark.anyio
-async def test_a_history_that_failed_to_load_is_a_tool_error_not_a_hang(tmp_path):
+async def test_a_history_that_failed_to_load_is_a_tool_error_and_the_next_call_loads_again(
+        tmp_path):
     settings = load_settings(home=tmp_path / "home")
 
-    def broken():
-        raise OSError(13, "Permission denied", str(tmp_path / "home" / "ledger"))
+    attempts = []
 
-    server = create_server(settings, LoadingHistory(broken, distill_config(settings)).start())
-    async with Client(server) as client:
-        with anyio.fail_after(WAIT):
-            reply = await client.call_tool("select_context", {
-                "session": "warm", "format": "anthropic",
-                "messages": [{"role": "user", "content": "hello"}]})
-    assert reply.is_error
-    assert reply.content[0].text.startswith("STORAGE_ERROR: ")
+    def build():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError(13, "Permission denied", str(tmp_path / "home" / "ledger"))
+        return make_history(settings)
+
+    server = create_server(settings, LoadingHistory(build, distill_config(settings)).start())
+    call = {"session": "warm", "format": "anthropic",
+            "messages": [{"role": "user", "content": "hello"}]}
+    try:
+        async with Client(server) as client:
+            with anyio.fail_after(WAIT):
+                failed = await client.call_tool("select_context", call)
+                again = await client.call_tool("select_context", call)  # the cause was fixed
+        assert failed.is_error
+        assert failed.content[0].text.startswith("STORAGE_ERROR: ")
+        assert not again.is_error and len(attempts) == 2
+    finally:
+        server.history.close()
 
 
 def test_a_history_never_started_in_the_background_is_loaded_by_its_first_call(tmp_path):
