@@ -145,6 +145,8 @@ def child_environment(program: str, url: str, environ: dict[str, str],
         # built-in provider and keeps its login (docs/agents.md).
         extra = ["-c", f'openai_base_url="{url}/v1"']
     elif name == "pi" and scratch is not None:  # Pi reads base URLs from models.json only
+        from context_paging.server import agents
+
         env["PI_CODING_AGENT_DIR"] = str(agents.pi_run_directory(url, environ, scratch))
     else:
         env["ANTHROPIC_BASE_URL"] = url
