@@ -159,8 +159,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "(sets the cache prices distillation weighs its edits with)")
     parser.add_argument("--first-cut", type=float, default=None,
                         help="where a cut with no remembered frontier lands, as a fraction of "
-                        "the budget (default: the server's, 0.375; 1.0 is upstream's rule, the "
-                        "target)")
+                        "the budget (default: the server's, 1.0, upstream's rule: the target; "
+                        "0.375 cuts deeper)")
     args = parser.parse_args(argv)
     files = sorted(args.fixtures.glob("*/*.jsonl"))
     started = time.perf_counter()

@@ -10,7 +10,8 @@ same run: the selection goals' JSON floor, ``json.loads(json.dumps(messages))`` 
 messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of the
 reply:
 
-* cold: a fresh home, first call (ledger append of 15 MiB, estimates, distillation, selection);
+* cold: a fresh home, first call (ledger append of 15 MiB, estimates, distillation, selection),
+  the process's first such call (module-level caches empty) and the best of ``--repeat``;
 * repeated: the same request again (the ledger and estimate caches are warm);
 * one more turn: the request grown by one turn, whole conversation (once, then the median of
   ``--turns`` more turns, each the whole conversation again);
@@ -26,8 +27,13 @@ between library calls the bench gives the service its spare time (``ContextServi
 ``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
 message counted and every output judged before selecting, as before those goals), side by side.
 
-    python bench/select_bench.py [--repeat 3] [--estimator tiktoken|chars4] [--no-stdio]
-                                 [--reference] [--turns 9]
+``--no-distill`` turns distillation off (library and stdio alike); ``--estimator`` applies to
+both as well. The stdio figures include the server's start: "connect" is launch to the end of
+the ``initialize`` handshake, and the first call follows at once, as a host's would (the server
+loads its History and tokenizer in the background meanwhile: server/warmup.py).
+
+    python bench/select_bench.py [--repeat 3] [--estimator tiktoken|chars4] [--no-distill]
+                                 [--no-stdio] [--no-library] [--reference] [--turns 9]
 """
 
 from __future__ import annotations
@@ -115,21 +121,24 @@ def grown_by(messages: list[dict], extra: int) -> list[dict]:
     return messages[:-1] + more + [messages[-1]]
 
 
-def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
+def library(repeat: int, estimator: str, reference: bool, turns: int, distill: bool) -> None:
     from context_paging.index.ledger import Ledger
     from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.paging.distill import DistillConfig
     from context_paging.server.tokens import text_counter
 
     messages = workload()
-    settings = ContextSettings(token_budget=128_000, estimator=estimator)
+    settings = ContextSettings(token_budget=128_000, estimator=estimator,
+                               distill=DistillConfig(enabled=distill))
     counter = text_counter()
     label = "reference" if reference else "library"
-    cold_time, reply = best(repeat, lambda: _fresh(settings, counter, messages, reference))
+    colds = [_fresh(settings, counter, messages, reference) for _ in range(repeat)]
+    cold_time, reply = min(c[0] for c in colds), colds[-1][1]
     if not FLOORS:
         FLOORS["issue"] = issue_floor(messages, repeat)
         FLOORS["small"] = json_floor(arguments(messages), reply, repeat)
         print(f"workload: turns=300 messages={len(messages)} toolOutputBytes={TOTAL:,} "
-              f"estimator={estimator}")
+              f"estimator={estimator} distill={'on' if distill else 'off'}")
         print(f"selection: mode={reply['mode']} estimated={reply['estimated_tokens']:,.0f} "
               f"budget={reply['budget_tokens']:,.0f} kept={len(reply['messages'])} "
               f"evicted={reply['evicted_messages']}")
@@ -160,7 +169,8 @@ def library(repeat: int, estimator: str, reference: bool, turns: int) -> None:
             start = time.perf_counter()
             last = svc.select(**call)
             deltas.append(time.perf_counter() - start)
-    show(f"{label}, cold (fresh ledger)", cold_time)
+    show(f"{label}, cold (fresh ledger, first in the process)", colds[0][0])
+    show(f"{label}, cold (fresh ledger, best of {repeat})", cold_time)
     show(f"{label}, repeated request", warm_time)
     show(f"{label}, one more turn", grow_time)
     show(f"{label}, one more turn (p50 of {len(wholes)})", statistics.median(wholes))
@@ -181,7 +191,9 @@ def _call_args(messages: list[dict]) -> dict:
             "model_window": args["model_window"], "token_budget": args["token_budget"]}
 
 
-def _fresh(settings, counter, messages, reference=False):
+def _fresh(settings, counter, messages, reference=False) -> tuple[float, dict]:
+    """(seconds, reply) of the first call on a fresh home (making and removing the home, and
+    the service's construction, are not timed)."""
     from context_paging.index.ledger import Ledger
     from context_paging.index.window import ContextService
 
@@ -189,12 +201,23 @@ def _fresh(settings, counter, messages, reference=False):
     try:
         svc = ContextService(Ledger(home), settings, counter)
         svc.reference = reference
-        return svc.select(**_call_args(messages))
+        call = _call_args(messages)
+        start = time.perf_counter()
+        reply = svc.select(**call)
+        return time.perf_counter() - start, reply
     finally:
         shutil.rmtree(home)
 
 
-def stdio(repeat: int, turns: int) -> None:
+def floors(repeat: int) -> None:
+    """The floors alone (for a run without the library figures)."""
+    messages = workload()
+    FLOORS["issue"] = issue_floor(messages, repeat)
+    FLOORS["small"] = json_floor(arguments(messages), {"messages": messages[-20:]}, repeat)
+    show("json.loads(json.dumps(messages)) [floor]", FLOORS["issue"])
+
+
+def stdio(repeat: int, turns: int, estimator: str, distill: bool) -> None:
     import anyio
     from mcp import Client, StdioServerParameters
 
@@ -205,9 +228,14 @@ def stdio(repeat: int, turns: int) -> None:
     async def run() -> None:
         with tempfile.TemporaryDirectory() as home:
             # The whole environment, so PYTHONPATH=<older checkout> benchmarks that version.
-            params = StdioServerParameters(command=command, args=["--home", home, "serve"],
+            settings = ["--set", f"paging.estimator={estimator}",
+                        "--set", f"distill.enabled={'true' if distill else 'false'}"]
+            params = StdioServerParameters(command=command,
+                                           args=["--home", home, *settings, "serve"],
                                            env=dict(os.environ))
+            launched = time.perf_counter()
             async with Client(params) as client:
+                connected = time.perf_counter() - launched
                 async def once(msgs):
                     result = await client.call_tool("select_context", arguments(msgs))
                     assert not result.is_error, result.content[0].text
@@ -240,6 +268,7 @@ def stdio(repeat: int, turns: int) -> None:
                     assert not result.is_error, result.content[0].text
                     deltas[form].append(elapsed)
                     last = result.structured_content
+        show("stdio, connect (launch to initialized)", connected)
         show("stdio, first call (cold)", times[0])
         show("stdio, repeated request", min(times[1:] or times))
         show("stdio, one more turn", grow)
@@ -257,16 +286,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken")
     parser.add_argument("--no-stdio", action="store_true")
+    parser.add_argument("--no-library", action="store_true")
+    parser.add_argument("--no-distill", action="store_true", help="distillation off")
     parser.add_argument("--reference", action="store_true",
                         help="also run the library figures on the full computation")
     parser.add_argument("--turns", type=int, default=9,
                         help="successive after_id turns for the p50 figures")
     args = parser.parse_args()
-    library(args.repeat, args.estimator, False, args.turns)
-    if args.reference:
-        library(args.repeat, args.estimator, True, args.turns)
+    distill = not args.no_distill
+    if args.no_library:
+        floors(args.repeat)
+    else:
+        library(args.repeat, args.estimator, False, args.turns, distill)
+    if args.reference and not args.no_library:
+        library(args.repeat, args.estimator, True, args.turns, distill)
     if not args.no_stdio:
-        stdio(args.repeat, args.turns)
+        stdio(args.repeat, args.turns, args.estimator, distill)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,12 @@ through setuptools' package-dir mapping) so that an install never puts a generic
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
 from pathlib import Path as _Path
 
-try:
-    __version__ = _metadata.version("context-paging-mcp")
-except _metadata.PackageNotFoundError:  # running from a checkout that was never installed
-    __version__ = "0+unknown"
+# The one place the version is written: pyproject.toml reads it from here at build time, so a
+# command that only prints it never opens the installed metadata (importlib.metadata alone
+# took longer than the rest of ``--version``).
+__version__ = "0.1.0"
 
 # Run from a source checkout without an install (``python -m pytest`` at the root with nothing
 # installed), the sub-packages live beside this folder rather than inside it.

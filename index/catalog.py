@@ -16,10 +16,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from context_paging.index.discovery import SessionFileRef, iter_session_files, resolve
-from context_paging.index.sessions import SessionFile, UnknownFormat
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:  # the readers load when a session is opened: SessionSummary is a tool's
+    # output model, and the MCP server lists its tools before it reads any session
+    from context_paging.index.sessions import SessionFile
 
 log = logging.getLogger("context_paging")
 CACHE_VERSION = 1  # change with SessionSummary's fields
@@ -64,6 +68,8 @@ class Catalog:
         key = str(found.path)
         session = self._files.pop(key, None)
         if session is None:
+            from context_paging.index.sessions import SessionFile
+
             root = self.roots.get(found.source)
             session = SessionFile(key, found.source, str(root) if root is not None else None)
         self._files[key] = session
@@ -179,6 +185,8 @@ class Catalog:
 
 
 def _summarize(job: tuple[SessionFileRef, Path | None]) -> SessionSummary | str:
+    from context_paging.index.sessions import UnknownFormat
+
     found, root = job  # the root goes along: the file is opened and verified inside it
     try:
         return Catalog({found.source: root}, keep_open=0).summary(found)

@@ -19,11 +19,12 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from context_paging.index.overwrite import overwrite
-from context_paging.index.stats import ProxyFigures
-from context_paging.paging.request import common_start
+
+if TYPE_CHECKING:  # loaded where used: doctor reads the tallies without the window
+    from context_paging.index.stats import ProxyFigures
 
 LAST = "last.json"
 # The recovery tools default to the proxied conversation while it is in use; a proxy that last
@@ -116,6 +117,8 @@ class ProxyLog:
         tally["sent_tokens"] += len(sent) // 4
         tally["full_tokens"] += len(full) // 4
         if previous is not None:
+            from context_paging.paging.request import common_start
+
             shared = common_start(previous, sent)
             tally["prefix_bytes"] += shared
             tally["compared_bytes"] += len(sent)
@@ -131,6 +134,8 @@ class ProxyLog:
 
 
 def figures(tally: dict[str, Any]) -> ProxyFigures:
+    from context_paging.index.stats import ProxyFigures
+
     compared = tally.get("compared_bytes", 0)
     return ProxyFigures(
         api=str(tally.get("api", "?")), requests=int(tally.get("requests", 0)),

@@ -17,12 +17,15 @@ Two ways to avoid paying for the whole history on every call (docs/architecture.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import repeat, takewhile
 from operator import eq, itemgetter
 from typing import Any
 
+from context_paging.index.canonical import canonical
 from context_paging.index.ledger import LedgerSession, fingerprint
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
@@ -101,6 +104,59 @@ def strict(value: Any) -> Any:
     return value
 
 
+# Canonical JSON handed to the hashing helper at a time: large enough that handing it over
+# costs nothing next to hashing it, small enough that the last batch's wait is short.
+HASH_BATCH_BYTES = 1 << 20
+
+
+def fingerprints(messages: Sequence[Any]) -> list[str]:
+    """``[index.ledger.fingerprint(m) for m in messages]``, the same values.
+
+    Where a core is free (``index.window_estimate.spare_core``), each megabyte of canonical
+    JSON is hashed on a helper thread while this one writes the next: hashlib releases the GIL
+    while it hashes a large buffer, so a first request of 15 MiB hashes beside its own
+    serialization instead of after it. Smaller requests never fill a batch and stay here."""
+    from context_paging.index.window_estimate import spare_core
+
+    if not spare_core():
+        return [fingerprint(m) for m in messages]
+    done: list[Future[list[str]]] = []
+    batch: list[bytes] = []
+    size = 0
+    for message in messages:
+        data = canonical(message)
+        batch.append(data)
+        size += len(data)
+        if size >= HASH_BATCH_BYTES:
+            try:
+                done.append(_hasher().submit(_digests, batch))
+            except RuntimeError:  # the interpreter is shutting down: hash it here
+                done.append(_finished(_digests(batch)))
+            batch, size = [], 0
+    tail = _digests(batch)
+    return [print_ for future in done for print_ in future.result()] + tail
+
+
+def _digests(batch: list[bytes]) -> list[str]:
+    return [hashlib.sha256(data).hexdigest()[:32] for data in batch]
+
+
+def _finished(value: list[str]) -> Future[list[str]]:
+    future: Future[list[str]] = Future()
+    future.set_result(value)
+    return future
+
+
+_HASHER: list[ThreadPoolExecutor] = []
+
+
+def _hasher() -> ThreadPoolExecutor:
+    """The hashing helper thread, made on first use."""
+    if not _HASHER:
+        _HASHER.append(ThreadPoolExecutor(1, thread_name_prefix="context-paging-hash"))
+    return _HASHER[0]
+
+
 class FingerprintMemo:
     """Per session: the last request's messages and their fingerprints."""
 
@@ -124,8 +180,7 @@ class FingerprintMemo:
         first messages (an ``after_id`` request), whose fingerprints are known by id."""
         known = list(map(self._by_id.get, stored))
         if stored and None not in known:
-            return [*known, *(None if i in skip else fingerprint(m)
-                              for i, m in enumerate(messages[len(known):], len(known)))]
+            return [*known, *_fingerprints(messages, len(known), skip)]
         previous, prints = self._last.get(session, ((), []))
         # The unchanged prefix, compared in C against the snapshot (each message's numbers
         # strictly, :func:`_equal`): its snapshots and fingerprints are kept as they are.
@@ -142,13 +197,21 @@ class FingerprintMemo:
         if None in out:  # skipped last time, not now
             out = [None if i in skip else p or fingerprint(messages[i])
                    for i, p in enumerate(out)]
-        out += [None if i in skip else fingerprint(m)
-                for i, m in enumerate(messages[reused:], reused)]
+        out += _fingerprints(messages, reused, skip)
         self._last[session] = ([*previous[:reused], *map(strict, messages[reused:])], out)
         self._last.move_to_end(session)
         while len(self._last) > SESSIONS:
             self._last.popitem(last=False)
         return out
+
+
+def _fingerprints(messages: Sequence[Any], start: int,
+                  skip: Collection[int]) -> list[str | None]:
+    """The fingerprints of ``messages[start:]``, None for the ``skip`` ones (through
+    :func:`fingerprints`: a large batch hashes beside its serialization)."""
+    indexes = range(start, len(messages))
+    prints = iter(fingerprints([messages[i] for i in indexes if i not in skip]))
+    return [None if i in skip else next(prints) for i in indexes]
 
 
 def expand(ledger: LedgerSession, after_id: str, messages: Sequence[Any], fmt: str,

@@ -71,11 +71,11 @@ class ContextSettings:
     enabled: bool = True
     token_budget: int = 128_000
     trim_to_tokens: int | None = None
-    # Where the first cut lands, a fraction of the budget (paging.select.first_cut_target): deeper
-    # than the 5/8 target, so it re-writes less and the next cut comes later (docs/window.md, "The
-    # first cut"; measured with bench/replay_eval.py). 1.0 or None: upstream's rule, the target. An
+    # Where the first cut lands, a fraction of the budget (paging.select.first_cut_target).
+    # 1.0 (or None): upstream's rule, every cut trims to the target. A smaller fraction cuts
+    # deeper the first time, trading recent history for fewer re-writes (docs/window.md). An
     # explicit trim target is where every cut lands, the first included.
-    first_cut: float | None = 0.375
+    first_cut: float | None = 1.0
     estimator: str = "tiktoken"
     distill: DistillConfig = field(default_factory=DistillConfig)
 

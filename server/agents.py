@@ -29,9 +29,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 from context_paging.server import clients
-from context_paging.server.proxy import HEALTH_PATH
+from context_paging.server.endpoints import HEALTH_PATH
 
 PROVIDER = "paging"
 CODEX_COMPACT_LIMIT = 1_000_000_000
@@ -181,15 +180,28 @@ def _points_at(port: int, home: Path, environ: dict[str, str]) -> list[str]:
     return found
 
 
+def _health(port: int) -> bool:
+    """Whether our proxy answers its health path on ``port`` (the standard library's client:
+    doctor starts without loading an HTTP stack)."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=3.0)
+    try:
+        connection.request("GET", HEALTH_PATH)
+        reply = connection.getresponse()
+        body = json.loads(reply.read()) if reply.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return False
+    finally:
+        connection.close()
+    return isinstance(body, dict) and body.get("service") == "context-paging proxy"
+
+
 def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> tuple[bool, str]:
     from context_paging.index.proxied import conversation_stats, last_proxied
 
     lines = []
-    try:
-        reply = httpx.get(f"http://127.0.0.1:{port}{HEALTH_PATH}", timeout=3.0, trust_env=False)
-        up = reply.status_code == 200 and reply.json().get("service") == "context-paging proxy"
-    except (httpx.HTTPError, ValueError):
-        up = False
+    up = _health(port)
     lines.append(f"proxy on port {port}: " + ("up" if up else
                  f"not answering — start it with: context-paging proxy --port {port}"))
     agents = _points_at(port, home, environ)

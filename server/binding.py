@@ -9,16 +9,18 @@ import threading
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from context_paging.index.service import History
 from context_paging.server.config import Settings
 from context_paging.server.errors import Failure, failure
 from context_paging.server.idle import Idler
 from context_paging.server.sampling import Sampler
 from mcp.types import CallToolResult, TextContent
+
+if TYPE_CHECKING:
+    from context_paging.index.service import History
 
 T = TypeVar("T")
 

@@ -2,6 +2,10 @@
 
 Only the CLI's own commands print to stdout; ``serve`` leaves stdout to the MCP protocol and
 everything logs to stderr.
+
+A command imports what it needs inside its own function: building the parser and printing
+``--version`` or the settings loads no index, tokenizer, HTTP stack or MCP SDK
+(docs/performance.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -9,12 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.server import clients, terminal_cli
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
@@ -23,10 +25,17 @@ from context_paging.server.terminal_cli import json_text, print_json, render_ref
 
 from context_paging import __version__
 
+if TYPE_CHECKING:
+    import threading
+
+    from context_paging.index.catalog import SessionSummary
+
 Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.index.catalog import Catalog
+
     catalog = Catalog(settings.roots, cache=settings.home / "catalog.json")
     summaries = catalog.summaries(args.source, args.project)[: args.limit]
     if args.json:
@@ -95,10 +104,10 @@ SERVE_ON_A_TERMINAL = (
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
-    from context_paging.server.mcp_server import create_server
+    from context_paging.server.mcp_server import create_server, loading_history
     from context_paging.server.transport import serve_stdio
 
-    server = create_server(settings, tools=args.tools)
+    server = create_server(settings, loading_history(settings), tools=args.tools)
     _stop_on_interrupt(server.history, server.history_lock)
     if sys.stdin.isatty():  # a person ran it by hand: say what it is instead of sitting silent
         print(SERVE_ON_A_TERMINAL, file=sys.stderr, flush=True)
@@ -116,6 +125,7 @@ def _stop_on_interrupt(history, lock: threading.Lock) -> None:
     and exits. A second Ctrl-C during that wait exits immediately. EOF on stdin and SIGTERM are
     left as they were: the first ends the session cleanly, the second the process.
     """
+    import signal
 
     def stop(signum: int, frame: object) -> None:
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))

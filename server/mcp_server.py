@@ -16,14 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 import anyio.from_thread
 from context_paging.index.canonical import orjson, plain
-from context_paging.index.navigator import dumps
-from context_paging.index.service import History
 from context_paging.index.stats import render as render_stats
-from context_paging.index.window import ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.window_form import FORMS
 from context_paging.paging.window_form import check as check_form
@@ -51,6 +48,10 @@ from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from context_paging import __version__
+
+if TYPE_CHECKING:  # the index and the window load with the first History (server/warmup.py)
+    from context_paging.index.service import History
+    from context_paging.server.warmup import LoadingHistory
 
 __all__ = [  # the reply models and builders live in server/results.py; imported from here too
     "BrowseResult", "LoadResult", "OutputPage", "RecallResult", "Reference", "SearchResult",
@@ -117,6 +118,8 @@ def compact_json(value: Any) -> str:
             return orjson.dumps(value).decode()
         except TypeError:  # an integer beyond 64 bits, a lone surrogate
             pass
+    from context_paging.index.navigator import dumps
+
     return dumps(value)
 
 
@@ -391,14 +394,15 @@ TOOLS = (
 RECOVERY_TOOLS = frozenset(t.name for t in TOOLS if "recovery" in t.sets)
 
 
-def make_history(settings: Settings) -> History:
-    """The one History of a process, configured from settings."""
+def make_history(settings: Settings, distill: DistillConfig | None = None) -> History:
+    """The one History of a process, configured from settings (``distill``: the ``[distill]``
+    settings, when the caller has read them already)."""
+    from context_paging.index.service import History
+    from context_paging.index.window import ContextSettings
     from context_paging.server.tokens import text_counter
 
     paging = settings.values["paging"]
-    distill, warnings = DistillConfig.from_mapping(settings.values["distill"])
-    for warning in warnings:
-        log.warning("%s", warning)
+    distill = distill_config(settings) if distill is None else distill
     context = ContextSettings(enabled=paging["enabled"], token_budget=paging["token_budget"],
                               trim_to_tokens=paging["trim_to_tokens"],
                               first_cut=paging["first_cut"],
@@ -406,9 +410,26 @@ def make_history(settings: Settings) -> History:
     return History(settings.roots, settings.home, context, text_counter)
 
 
-def create_server(settings: Settings, history: History | None = None,
+def distill_config(settings: Settings) -> DistillConfig:
+    """The ``[distill]`` settings, with a warning on stderr for each value that fell back."""
+    distill, warnings = DistillConfig.from_mapping(settings.values["distill"])
+    for warning in warnings:
+        log.warning("%s", warning)
+    return distill
+
+
+def loading_history(settings: Settings) -> LoadingHistory:
+    """``serve``'s History: loading on a background thread from now on (server/warmup.py)."""
+    from context_paging.server.warmup import LoadingHistory
+
+    distill = distill_config(settings)
+    return LoadingHistory(lambda: make_history(settings, distill), distill).start()
+
+
+def create_server(settings: Settings, history: History | LoadingHistory | None = None,
                   tools: str | None = None) -> MCPServer:
-    """The server; ``tools`` is "all" or "recovery" (default: the ``[server] tools`` setting)."""
+    """The server; ``tools`` is "all" or "recovery" (default: the ``[server] tools`` setting).
+    Without ``history``, the History is built now; ``serve`` passes :func:`loading_history`."""
     history = history or make_history(settings)
     tool_set = tools or settings.get("server", "tools")
     if tool_set not in TOOL_SETS:

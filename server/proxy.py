@@ -32,6 +32,7 @@ from context_paging.paging.notice import shell_notice
 from context_paging.paging.resident import is_resident
 from context_paging.server import wire
 from context_paging.server.conversations import Chains
+from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, HEALTH_PATH
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
 from starlette.background import BackgroundTask
@@ -41,15 +42,12 @@ from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("context_paging")
 
-DEFAULT_ANTHROPIC = "https://api.anthropic.com"
-DEFAULT_OPENAI = "https://api.openai.com"
 # Hop-by-hop headers (RFC 9110, section 7.6.1) and the ones the HTTP client recomputes.
 _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
                   b"te", b"trailer", b"upgrade", b"proxy-connection", b"proxy-authorization"})
 _HOP_REPLY = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                         b"upgrade", b"proxy-connection"})
 PREVIOUS_BODIES = 32
-HEALTH_PATH = "/_context-paging/health"
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from context_paging.server import agents, clients
 from context_paging.server.config import Settings
-from context_paging.server.proxy import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, Proxy, Upstreams
+from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI
+
+if TYPE_CHECKING:  # the HTTP stack loads only for the commands that serve
+    from context_paging.server.proxy import Proxy
 
 DEFAULT_PORT = 8787
 
@@ -66,6 +68,7 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     """The proxy over this process's History (the ledger and select_context pipeline)."""
     from context_paging.index.proxied import ProxyLog
     from context_paging.server.mcp_server import make_history
+    from context_paging.server.proxy import Proxy, Upstreams
 
     history = make_history(settings)
     history.context  # noqa: B018  # load the tokenizer now, not during the first request
@@ -142,6 +145,8 @@ def child_environment(program: str, url: str, environ: dict[str, str],
         # built-in provider and keeps its login (docs/agents.md).
         extra = ["-c", f'openai_base_url="{url}/v1"']
     elif name == "pi" and scratch is not None:  # Pi reads base URLs from models.json only
+        from context_paging.server import agents
+
         env["PI_CODING_AGENT_DIR"] = str(agents.pi_run_directory(url, environ, scratch))
     else:
         env["ANTHROPIC_BASE_URL"] = url
@@ -196,6 +201,8 @@ def install_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server import agents, clients
+
     home = agents.user_home()
     try:
         changes = agents.planned_changes(args.client, args.port, home)
@@ -221,6 +228,8 @@ def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server import agents
+
     ok, text = agents.doctor(args.port, settings.home, agents.user_home(), dict(os.environ))
     print(text)
     return 0 if ok else 1

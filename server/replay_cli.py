@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from context_paging.server.progress import add_quiet
-from context_paging.server.replay import STRATEGIES, Replay, ReplayOptions
+
+if TYPE_CHECKING:  # the replay (and the whole window) loads only when the command runs
+    from context_paging.server.replay import Replay, ReplayOptions
 
 MARKS = {"full": "F", "compaction": "C", "window": "W"}  # later ones are drawn on top
 
@@ -49,6 +52,8 @@ def request_table(replay: Replay) -> str:
 
 
 def totals_table(replay: Replay) -> str:
+    from context_paging.server.replay import STRATEGIES
+
     t = replay.totals()
     causes = sorted({c for v in t.values() for c in v.breaks})
     rows = [("STRATEGY", "REQUESTS", "PEAK", "CUMULATIVE", "PREFIX SHARE", "COST (CACHED)",
@@ -65,6 +70,8 @@ def totals_table(replay: Replay) -> str:
 def chart(replay: Replay, width: int = 64, height: int = 12) -> str:
     """Tokens per request for the three strategies, one column per group of requests (the
     largest request of the group)."""
+    from context_paging.server.replay import STRATEGIES
+
     series = {name: [getattr(r, name).tokens for r in replay.rows] for name in STRATEGIES}
     n = len(replay.rows)
     if n == 0:
@@ -161,7 +168,7 @@ def add_arguments(parser) -> None:
                         help="where a cut lands (default 5/8 of the budget)")
     parser.add_argument("--first-cut", type=float, default=None,
                         help="where a cut with no remembered frontier lands, as a fraction of "
-                        "the budget (default 0.375; 1.0: the target, upstream's rule)")
+                        "the budget (default 1.0: the target, upstream's rule; 0.375 cuts deeper)")
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken",
                         help="token estimator for every strategy (chars4 is about twice as fast)")
     parser.add_argument("--no-distill", action="store_true", help="turn distillation off")
@@ -208,6 +215,7 @@ def session_of(args) -> str:
 
 def options_from(args) -> ReplayOptions:
     from context_paging.paging.replay_cost import Compaction, Prices
+    from context_paging.server.replay import ReplayOptions
 
     threshold = args.compact_at if args.compact_at is not None else args.model_window - 33_000
     return ReplayOptions(

@@ -3,12 +3,14 @@ the builders the CLI shares with the tools (``search --json``, ``browse --json``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from context_paging.index.catalog import SessionSummary
-from context_paging.index.service import SearchReply
 from context_paging.index.stats import Stats, Tokens
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from context_paging.index.service import SearchReply
 
 
 class Reference(BaseModel):

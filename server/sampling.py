@@ -35,6 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 from context_paging.paging.distill import (
@@ -43,7 +44,6 @@ from context_paging.paging.distill import (
     Judge,
     JudgeContext,
     LocalJudge,
-    Plan,
     Question,
     Verdict,
     parse_chunk_ids,
@@ -62,6 +62,9 @@ from mcp.types import (
     TextContent,
 )
 from mcp_types.version import is_version_at_least
+
+if TYPE_CHECKING:  # the planner loads with the window, not with the server
+    from context_paging.paging.distill import Plan
 
 log = logging.getLogger("context_paging")
 INPUT_REQUIRED_ERA = "2026-07-28"

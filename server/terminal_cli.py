@@ -16,7 +16,6 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from context_paging.index.navigator import NavigatorError
 from context_paging.server.config import Settings
 
 if TYPE_CHECKING:
@@ -186,6 +185,8 @@ _CONTINUE = re.compile(r"Use offset=(\d+) to continue\.\]$")
 
 
 def _cmd_recall(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.index.navigator import NavigatorError
+
     history = _history(settings)
     options = {"pattern": args.pattern, "offset": args.offset, "limit": args.limit}
     try:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import base64
 import struct
 
-from context_paging.paging.distill import MARKER, DistillConfig, apply, distill, summarize
+from context_paging.paging.distill import MARKER, DistillConfig, distill, summarize
+from context_paging.paging.distill.apply import apply
 from context_paging.paging.distill.conversation import content_chars, image_cost
 from context_paging.paging.distill.items import batch_items, collect_exchanges, collect_sized
 from context_paging.paging.distill.render import Source, exchange_stub, image_stub, small_stub

@@ -15,12 +15,12 @@ from context_paging.paging.distill import (
     MARKER,
     Decision,
     DistillConfig,
-    apply,
     distill,
     parse_chunk_ids,
     plan_pass,
     summarize,
 )
+from context_paging.paging.distill.apply import apply
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""The first cut's depth (paging/select.py ``first_cut``; docs/window.md, "The first cut").
+"""The first cut's depth (paging/select.py ``first_cut``; docs/window.md).
 
 Generated conversations grow one exchange per request and are sent through ``select_context``
 with the cut state passed back, the way the server does. The window each request sends is
@@ -115,7 +115,7 @@ def test_an_invalid_first_cut_fraction_is_a_trim_target_error(bad):
     assert caught.value.code == "INVALID_TRIM_TARGET"
 
 
-# -- the server's default (index/window.py ContextSettings.first_cut) -------------------------
+# -- the server's default (index/window.py ContextSettings.first_cut: upstream's rule) -------------------------
 
 
 def _anthropic_conversation(turns: int) -> list[dict]:
@@ -153,11 +153,12 @@ def _first_cut_reply(tmp_path, **settings) -> dict:
     raise AssertionError("the session never crossed the budget")
 
 
-def test_the_server_cuts_first_to_three_eighths_of_the_budget_by_default(tmp_path):
+def test_the_server_cuts_first_to_the_target_by_default_as_upstream(tmp_path):
     reply = _first_cut_reply(tmp_path / "default")
-    assert reply["estimated_tokens"] <= 6_000 * 3 // 8
-    upstream = _first_cut_reply(tmp_path / "upstream", first_cut=1.0)
-    assert 6_000 * 3 // 8 < upstream["estimated_tokens"] <= upstream["target_tokens"] == 3_750
+    assert 6_000 * 3 // 8 < reply["estimated_tokens"] <= reply["target_tokens"] == 3_750
+    # The deeper first cut is a setting.
+    deeper = _first_cut_reply(tmp_path / "deeper", first_cut=0.375)
+    assert deeper["estimated_tokens"] <= 6_000 * 3 // 8
     # An explicit trim target is where every cut lands, the first included.
-    explicit = _first_cut_reply(tmp_path / "explicit", trim_to_tokens=4_500)
+    explicit = _first_cut_reply(tmp_path / "explicit", first_cut=0.375, trim_to_tokens=4_500)
     assert 6_000 * 3 // 8 < explicit["estimated_tokens"] <= 4_500

@@ -17,8 +17,9 @@ import math
 from pathlib import Path
 
 import pytest
+from context_paging.index import ledger, window_distill, window_estimate
+from context_paging.index import request as request_module
 from context_paging.index import window as context
-from context_paging.index import window_distill
 from context_paging.index.ledger import Ledger, LedgerSession
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging import select
@@ -151,6 +152,14 @@ def _facts_from_scratch(outputs, calls, reach):
             for o in outputs]
 
 
+@pytest.fixture(autouse=True)
+def hashing_beside_serialization(monkeypatch):
+    """The fast services hash fingerprints on the helper thread, a batch every 256 bytes,
+    whatever the machine's load (``index.request.fingerprints``)."""
+    monkeypatch.setattr(request_module, "HASH_BATCH_BYTES", 256)
+    monkeypatch.setattr(window_estimate, "spare_core", lambda: True)
+
+
 @contextlib.contextmanager
 def full_computation():
     """Every shortcut of this module's subject off (see the module docstring)."""
@@ -187,6 +196,9 @@ def full_computation():
             return append(self, *args, **kwargs)
 
         patch.setattr(LedgerSession, "append", append_walking)
+        # Fingerprints one after another, each hashed where it is serialized.
+        patch.setattr(request_module, "fingerprints",
+                      lambda messages: [ledger.fingerprint(m) for m in messages])
         yield
 
 

@@ -11,32 +11,42 @@ Pure: no files, no clock, no MCP. The flow, for the server:
    built on ``prompt_for_segment``/``parse_chunk_ids``/``scores_from_ids`` — then
    ``new = decide_plan(plan, verdicts)``; persist ``new`` (``Decision.to_dict``).
    ``distill(entries, config, decisions)`` does steps 2–3 with the local judge.
-4. ``window = apply(entries, decisions + new)``: the same bytes for the same decisions, always.
+4. ``window = apply.apply(entries, decisions + new)`` (the ``apply`` module): the same bytes for
+   the same decisions, always.
 5. ``summarize(decisions, tokens, entries)`` for stats.
 """
 
-from context_paging.paging.distill.apply import apply
-from context_paging.paging.distill.chunk import (
-    Chunk,
-    ChunkOptions,
-    chunk_output,
-    grep_file,
-    is_grep_like,
-    segment_chunks,
-)
-from context_paging.paging.distill.config import DistillConfig
-from context_paging.paging.distill.judge import (
-    Judge,
-    LocalJudge,
-    parse_chunk_ids,
-    prompt_for_segment,
-    scores_from_ids,
-)
-from context_paging.paging.distill.model import Decision, JudgeContext, Question, Verdict
-from context_paging.paging.distill.pipeline import decide_plan, distill, judge_plan
-from context_paging.paging.distill.plan import Plan, Segment, plan_pass
-from context_paging.paging.distill.render import MARKER
-from context_paging.paging.distill.stats import DistillStats, summarize
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+# The package's names, each loaded from its module on first use: importing the package (or
+# only its settings, ``paging.distill.config``, as every command line does) then costs
+# nothing until a pass runs. ``apply`` is not among them: it is also a module's name, and the
+# import system would put the module there. Import it from ``paging.distill.apply``.
+_HOMES = {
+    "Chunk": "chunk", "ChunkOptions": "chunk", "chunk_output": "chunk", "grep_file": "chunk",
+    "is_grep_like": "chunk", "segment_chunks": "chunk",
+    "DistillConfig": "config",
+    "Judge": "judge", "LocalJudge": "judge", "parse_chunk_ids": "judge",
+    "prompt_for_segment": "judge", "scores_from_ids": "judge",
+    "Decision": "model", "JudgeContext": "model", "Question": "model", "Verdict": "model",
+    "decide_plan": "pipeline", "distill": "pipeline", "judge_plan": "pipeline",
+    "Plan": "plan", "Segment": "plan", "plan_pass": "plan",
+    "MARKER": "render",
+    "DistillStats": "stats", "summarize": "stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MARKER",
@@ -52,7 +62,6 @@ __all__ = [
     "Question",
     "Segment",
     "Verdict",
-    "apply",
     "chunk_output",
     "decide_plan",
     "distill",

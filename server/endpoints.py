@@ -1,0 +1,9 @@
+"""The proxy's fixed addresses: where it forwards by default, and the path it answers itself.
+
+Kept apart from server/proxy.py so the commands that only name them (the proxy's arguments,
+``doctor``, ``install-proxy``) start without loading the HTTP stack.
+"""
+
+DEFAULT_ANTHROPIC = "https://api.anthropic.com"
+DEFAULT_OPENAI = "https://api.openai.com"
+HEALTH_PATH = "/_context-paging/health"

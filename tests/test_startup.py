@@ -1,0 +1,148 @@
+"""Commands load only what they need, and ``serve`` answers before its History has loaded.
+
+The figures are bench/startup_bench.py's; these tests check the structure that makes them:
+which modules a command imports, and that the server lists its tools while the History (the
+index, the window and the tokenizer) is still loading on its thread (server/warmup.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import anyio
+import pytest
+from context_paging.server.config import load_settings
+from context_paging.server.mcp_server import create_server, distill_config, make_history
+from context_paging.server.warmup import LoadingHistory
+from mcp import Client
+
+from tests.conftest import PROJECT
+
+WAIT = 120  # seconds: a bound on a loaded machine, never an assertion about speed
+HEAVY = ("mcp", "tiktoken", "whoosh", "httpx2", "starlette", "uvicorn",
+         "context_paging.index.window", "context_paging.index.service",
+         "context_paging.index.sessions", "context_paging.paging.select")
+
+
+def imported_by(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running ``code``."""
+    probe = (f"import sys\n{code}\nimport json\n"
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r} "
+             f"or m in {HEAVY!r})))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=PROJECT, timeout=WAIT)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["config"],
+                                  ["install-config", "--client", "claude-code"],
+                                  ["install-proxy", "--client", "claude-code"],
+                                  ["doctor", "--port", "9"]])
+def test_a_command_that_only_prints_loads_no_index_sdk_or_http_stack(argv, tmp_path):
+    code = ("import contextlib, io, os\n"
+            f"os.environ['HOME'] = {str(tmp_path)!r}\n"
+            f"os.environ['CONTEXT_PAGING_HOME'] = {str(tmp_path / 'home')!r}\n"
+            "from context_paging.server.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), "
+            "contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass")
+    assert imported_by(code) == []
+
+
+def test_the_mcp_server_module_loads_the_sdk_but_not_the_index_or_the_tokenizer():
+    loaded = imported_by("import context_paging.server.mcp_server")
+    assert "mcp" in loaded  # the SDK brings its own HTTP stack (httpx2, starlette, uvicorn)
+    ours = [m for m in loaded if m.split(".")[0] in ("context_paging", "tiktoken", "whoosh")]
+    assert ours == []
+
+
+
+class Gate:
+    """A History build that waits until the test opens the gate."""
+
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self.opened = threading.Event()
+
+    def build(self):
+        assert self.opened.wait(WAIT)
+        return make_history(self.settings)
+
+
+@pytest.mark.anyio
+async def test_serve_lists_its_tools_and_answers_a_call_once_the_history_has_loaded(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    gate = Gate(settings)
+    loading = LoadingHistory(gate.build, distill_config(settings)).start()
+    server = create_server(settings, loading)
+    try:
+        async with Client(server) as client:
+            with anyio.fail_after(WAIT):
+                listed = await client.list_tools()
+            assert "select_context" in {t.name for t in listed.tools}
+            assert not loading.ready
+            replies = []
+
+            async def call() -> None:
+                replies.append(await client.call_tool("select_context", {
+                    "session": "warm", "format": "anthropic",
+                    "messages": [{"role": "user", "content": "hello"}]}))
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(call)
+                await anyio.sleep(0.05)
+                assert replies == []  # the call waits for the History
+                gate.opened.set()
+            assert not replies[0].is_error
+            assert replies[0].structured_content["mode"] == "within_budget"
+    finally:
+        gate.opened.set()
+        server.history.close()
+
+
+@pytest.mark.anyio
+async def test_a_history_that_failed_to_load_is_a_tool_error_and_the_next_call_loads_again(
+        tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+
+    attempts = []
+
+    def build():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError(13, "Permission denied", str(tmp_path / "home" / "ledger"))
+        return make_history(settings)
+
+    server = create_server(settings, LoadingHistory(build, distill_config(settings)).start())
+    call = {"session": "warm", "format": "anthropic",
+            "messages": [{"role": "user", "content": "hello"}]}
+    try:
+        async with Client(server) as client:
+            with anyio.fail_after(WAIT):
+                failed = await client.call_tool("select_context", call)
+                again = await client.call_tool("select_context", call)  # the cause was fixed
+        assert failed.is_error
+        assert failed.content[0].text.startswith("STORAGE_ERROR: ")
+        assert not again.is_error and len(attempts) == 2
+    finally:
+        server.history.close()
+
+
+def test_a_history_never_started_in_the_background_is_loaded_by_its_first_call(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    built = []
+
+    def build():
+        built.append(threading.current_thread().name)
+        return make_history(settings)
+
+    loading = LoadingHistory(build, distill_config(settings))
+    assert not loading.ready and built == []
+    reply = loading.select_context("first", [{"role": "user", "content": "hi"}],
+                                   fmt="anthropic")
+    assert reply["mode"] == "within_budget"
+    assert built == [threading.current_thread().name]  # loaded once, by the call itself
+    loading.close()
