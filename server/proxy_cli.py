@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from context_paging.server import agents, clients
+from context_paging.server import agents, clients, connections, guard
 from context_paging.server.config import Settings
 from context_paging.server.proxy import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, Proxy, Upstreams
 
@@ -70,17 +70,26 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
                  idle=history.idle), history
 
 
-def _server(app: Proxy, sock: socket.socket):
+def _server(app: Proxy, sock: socket.socket, host: str = "127.0.0.1",
+            header_timeout: float = connections.HEADER_TIMEOUT):
     import uvicorn
 
-    # Our own logging (stderr); no Server/Date headers added to the provider's reply.
-    config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
-                            server_header=False, date_header=False, log_level="warning",
-                            timeout_graceful_shutdown=5)
+    # Our own logging (stderr); no Server/Date headers added to the provider's reply. Every
+    # request passes the guard first (server/guard.py); connections have a header deadline, an
+    # idle timeout and a limit (server/connections.py).
+    config = uvicorn.Config(guard.Guard(app, [host]), lifespan="on", log_config=None,
+                            access_log=False, server_header=False, date_header=False,
+                            log_level="warning", timeout_graceful_shutdown=5,
+                            http=connections.deadline_protocol(header_timeout),
+                            timeout_keep_alive=connections.KEEP_ALIVE_TIMEOUT,
+                            limit_concurrency=connections.CONCURRENCY_LIMIT,
+                            backlog=connections.BACKLOG)
     return uvicorn.Server(config)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, ready: bool = True) -> socket.socket:
+    """A socket bound to ``host:port``; listening at once, or (``ready=False``) only after
+    :func:`open_for_requests`, so nothing connects before the proxy can answer."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -88,23 +97,29 @@ def listen(host: str, port: int) -> socket.socket:
     # client's delayed ACK (about 40 ms a request on Linux loopback, measured).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
-    sock.listen(128)
+    if ready:
+        open_for_requests(sock)
     return sock
 
 
+def open_for_requests(sock: socket.socket) -> None:
+    sock.listen(connections.BACKLOG)
+
+
 def cmd_proxy(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        sock = listen(args.host, args.port)
+    try:  # bound first, so a port in use is reported before the seconds of loading
+        sock = listen(args.host, args.port, ready=False)
     except OSError as exc:
         print(f"context-paging: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
               "is a proxy already running? Pick another --port", file=sys.stderr)
         return 2
     app, history = make_app(settings, args)
+    open_for_requests(sock)  # only now: until here a connection is refused, not left waiting
     print(f"context-paging proxy on http://{args.host}:{args.port} → Anthropic "
           f"{args.upstream_anthropic}, OpenAI {args.upstream_openai} (Ctrl-C stops)",
           file=sys.stderr)
     try:
-        _server(app, sock).run(sockets=[sock])
+        _server(app, sock, args.host).run(sockets=[sock])
     finally:
         history.close()
         sock.close()
