@@ -67,3 +67,27 @@ def deadline_protocol(seconds: float) -> type[HeaderDeadline]:
     if seconds == HEADER_TIMEOUT:
         return HeaderDeadline
     return type("HeaderDeadline", (HeaderDeadline,), {"header_timeout": seconds})
+
+
+class _QuietBreaks(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _is_break(record.exc_info[1]))
+
+
+def _is_break(exc: BaseException | None) -> bool:
+    from context_paging.server.proxy import UpstreamBroken
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_break(e) for e in exc.exceptions)
+    return isinstance(exc, UpstreamBroken)
+
+
+_QUIET = _QuietBreaks()
+
+
+def quiet_upstream_breaks() -> None:
+    """Drop uvicorn's "Exception in ASGI application" record for a reply the provider broke
+    off: the proxy has logged its one line, and the server closes the agent's connection."""
+    logger = logging.getLogger("uvicorn.error")
+    if _QUIET not in logger.filters:
+        logger.addFilter(_QUIET)

@@ -74,6 +74,7 @@ def _server(app: Proxy, sock: socket.socket, host: str = "127.0.0.1",
             header_timeout: float = connections.HEADER_TIMEOUT):
     import uvicorn
 
+    connections.quiet_upstream_breaks()
     # Our own logging (stderr); no Server/Date headers added to the provider's reply. Every
     # request passes the guard first (server/guard.py); connections have a header deadline, an
     # idle timeout and a limit (server/connections.py).

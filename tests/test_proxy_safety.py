@@ -166,3 +166,144 @@ def test_the_server_settings_bound_connections():
     assert config.timeout_keep_alive == connections.KEEP_ALIVE_TIMEOUT
     assert config.limit_concurrency == connections.CONCURRENCY_LIMIT
     assert config.http is connections.HeaderDeadline
+
+
+# --- what is forwarded exactly ----------------------------------------------------------------
+
+NUMBERS = ('{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"go"},'
+           '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Calc","input":'
+           '{"n":1.0E2,"big":1.5e400,"small":-0.0,"i":12345678901234567890}}]},'
+           '{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}'
+           ']}')
+
+
+def copies(session, messages, **_):
+    """A select that changes every message (a copy of each), so each is serialized anew."""
+    return {"messages": json.loads(json.dumps(messages))}
+
+
+def strict_json(raw: bytes):
+    def refuse(name):
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(raw, parse_constant=refuse)
+
+
+def test_a_changed_message_is_strict_json_with_its_numbers_as_written(tmp_path):
+    from tests.test_proxy import Stack
+
+    s = Stack(make_home(tmp_path), select=copies)
+    try:
+        httpx.post(f"{s.url}/v1/messages", content=NUMBERS.encode())
+        sent = s.provider.requests[-1].body
+        strict_json(sent)
+        assert b'"input":{"n":1.0E2,"big":1.5e400,"small":-0.0,"i":12345678901234567890}' in sent
+    finally:
+        s.close()
+
+
+def test_a_message_strict_json_cannot_hold_sends_the_original_body(tmp_path, caplog):
+    from tests.test_proxy import Stack
+
+    raw = NUMBERS.replace("1.0E2", "NaN").encode()
+    s = Stack(make_home(tmp_path), select=copies)
+    try:
+        with caplog.at_level(logging.WARNING, logger="context_paging"):
+            httpx.post(f"{s.url}/v1/messages", content=raw)
+        assert s.provider.requests[-1].body == raw
+        lines = [r.getMessage() for r in caplog.records if r.name == "context_paging"]
+        assert len(lines) == 1 and "forwarded unchanged" in lines[0]
+    finally:
+        s.close()
+
+
+def test_splice_keeps_each_floats_first_spelling_and_refuses_what_json_cannot_hold():
+    from context_paging.server import wire
+
+    body = wire.read_body(b'{"messages":[{"a":[1E2,2.50,1e999,-1E999]}]}', "messages")
+    window = [dict(body.value["messages"][0])]
+    assert wire.splice(body, "messages", window) == b'{"messages":[{"a":[1E2,2.50,1e999,-1E999]}]}'
+    with pytest.raises(ValueError):
+        wire.strict({"x": float("nan")})
+    with pytest.raises(ValueError):
+        wire.strict({"x": float("inf")})  # an infinity no body spelled
+    with pytest.raises(ValueError):
+        wire.strict({1: "key is not a string"})
+
+
+class Recording:
+    """An upstream that records each request's scope (its raw path and headers)."""
+
+    def __init__(self) -> None:
+        self.scopes: list[dict] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        self.scopes.append(scope)
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+@pytest.fixture
+def recording(tmp_path) -> Iterator[tuple[Proxied, Recording]]:
+    p = Proxied(make_home(tmp_path))
+    upstream = Recording()
+    served = Served(upstream)
+    p.server.config.app.app.upstreams = Upstreams(served.url, served.url)
+    yield p, upstream
+    served.close()
+    p.close()
+
+
+def test_headers_reach_the_provider_as_received_with_nothing_added(recording):
+    proxied, upstream = recording
+    reply = proxied.raw(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Api-Key: sk-1\r\n"
+                        b"X-Twice: a\r\nX-Twice: b\r\nAnthropic-Version: 2023-06-01\r\n"
+                        b"Connection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ")
+    headers = [(k, v) for k, v in upstream.scopes[-1]["headers"] if k != b"host"]
+    assert headers == [(b"x-api-key", b"sk-1"), (b"x-twice", b"a"), (b"x-twice", b"b"),
+                       (b"anthropic-version", b"2023-06-01")]
+
+
+def test_the_raw_path_and_query_reach_the_provider_as_received(recording):
+    proxied, upstream = recording
+    proxied.raw(b"GET /v1/files/a%2Fb/c%20d?x=%2F&y=1+2 HTTP/1.1\r\nHost: localhost\r\n"
+                b"Connection: close\r\n\r\n")
+    scope = upstream.scopes[-1]
+    assert scope["raw_path"] == b"/v1/files/a%2Fb/c%20d"
+    assert scope["query_string"] == b"x=%2F&y=1+2"
+
+
+def test_a_reply_broken_off_mid_stream_logs_one_line_and_no_traceback(tmp_path, caplog):
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def broken_provider() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                         b"Content-Length: 1000\r\n\r\nevent: message_start\n")
+
+    thread = threading.Thread(target=broken_provider, daemon=True)
+    thread.start()
+    p = Proxied(make_home(tmp_path))
+    p.server.config.app.app.upstreams = Upstreams(f"http://127.0.0.1:{port}",
+                                                  f"http://127.0.0.1:{port}")
+    try:
+        with caplog.at_level(logging.WARNING):
+            reply = p.raw(post("127.0.0.1"))
+        thread.join(timeout=10)
+    finally:
+        p.close()
+        listener.close()
+    assert reply.startswith(b"HTTP/1.1 200 ") and b"message_start" in reply
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(" (")[0] for r in records] == [
+        f"proxy: http://127.0.0.1:{port} broke off its reply mid-stream"]
+    assert not any(r.exc_info for r in records)
