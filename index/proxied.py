@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index.overwrite import overwrite
+from context_paging.index.private import private_directory
 from context_paging.index.stats import ProxyFigures
 from context_paging.paging.request import common_start
 
@@ -35,7 +36,7 @@ def proxy_directory(home: Path) -> Path:
 
 
 def _write(path: Path, value: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(path.parent)
     overwrite(path, json.dumps(value).encode())  # in place: no rename on every request
 
 

@@ -14,8 +14,9 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from context_paging.index import private
 from context_paging.index.catalog import Catalog, SessionSummary
-from context_paging.server import clients, terminal_cli
+from context_paging.server import clients, forget_cli, terminal_cli
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
 from context_paging.server.terminal_cli import print_json, render_references
@@ -286,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from context_paging.server.proxy_cli import add_commands as add_proxy_commands
 
-    add_proxy_commands(commands)  # proxy, run, doctor, install-proxy
+    add_proxy_commands(commands)  # proxy, run, doctor, install-proxy, uninstall-proxy
+    forget_cli.add_command(commands)
     return parser
 
 
@@ -311,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="context-paging: %(message)s",
     )
     settings = load_settings(home=args.home, overrides=_overrides(args.set))
+    private.restrict_umask()  # the home's files are the user's alone (index/private.py)
+    private.secure_home(settings.home)
     run: Command = args.run
     try:
         return run(args, settings)

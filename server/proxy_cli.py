@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from context_paging.index import private
 from context_paging.server import agents, clients, connections, guard
 from context_paging.server.config import Settings
 from context_paging.server.proxy import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, Proxy, Upstreams
@@ -161,7 +162,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     env, extra = child_environment(child[0], url, dict(os.environ))
     print(f"context-paging: {child[0]} through the proxy at {url}", file=sys.stderr)
     try:
-        return subprocess.call([child[0], *extra, *child[1:]], env=env)
+        return subprocess.call([child[0], *extra, *child[1:]], env=env,
+                               umask=-1 if private.user_umask is None else private.user_umask)
     except FileNotFoundError:
         print(f"context-paging: command not found: {child[0]}", file=sys.stderr)
         return 127
