@@ -307,3 +307,47 @@ def test_a_reply_broken_off_mid_stream_logs_one_line_and_no_traceback(tmp_path, 
     assert [r.getMessage().split(" (")[0] for r in records] == [
         f"proxy: http://127.0.0.1:{port} broke off its reply mid-stream"]
     assert not any(r.exc_info for r in records)
+
+
+# --- readiness --------------------------------------------------------------------------------
+
+
+def test_the_proxy_refuses_connections_until_it_can_answer_them(tmp_path, monkeypatch):
+    from context_paging.server.cli import build_parser
+
+    probe = socket.create_server(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    home = make_home(tmp_path)
+    refused, servers = [], []
+    real_make_app, real_server = proxy_cli.make_app, proxy_cli._server
+
+    def loading(settings, args):  # the seconds of loading: nobody may connect yet
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except ConnectionRefusedError:
+            refused.append(True)
+        return real_make_app(settings, args)
+
+    def server(*args, **kwargs):
+        servers.append(real_server(*args, **kwargs))
+        return servers[-1]
+
+    monkeypatch.setattr(proxy_cli, "make_app", loading)
+    monkeypatch.setattr(proxy_cli, "_server", server)
+    args = build_parser().parse_args(["--home", str(home), "proxy", "--port", str(port)])
+    thread = threading.Thread(target=proxy_cli.cmd_proxy,
+                              args=(args, load_settings(home=str(home))), daemon=True)
+    thread.start()
+    try:
+        for _ in range(600):  # bounded wait for the server to start
+            if servers and servers[0].started:
+                break
+            thread.join(0.05)
+        reply = httpx.get(f"http://127.0.0.1:{port}/_context-paging/health", timeout=10)
+        assert reply.status_code == 200
+    finally:
+        if servers:
+            servers[0].should_exit = True
+        thread.join(timeout=30)
+    assert refused == [True]
