@@ -25,11 +25,12 @@ import json
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-from context_paging.server import clients
+from context_paging.server import clients, undo
 from context_paging.server.proxy import HEALTH_PATH
 
 PROVIDER = "paging"
@@ -41,9 +42,13 @@ def user_home(environ: dict[str, str] | None = None) -> Path:
     return Path(environ.get("HOME") or Path.home())
 
 
-def _mcp_entry() -> dict[str, Any]:
+def mcp_entry(client: str = "claude-code", server_home: str | None = None,
+              environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The MCP server entry install-proxy and install-config both write: the model's
+    recovery tools (the proxy, not the agent, calls select_context), home passed on."""
     command, prefix = clients.server_command()
-    return {"type": "stdio", "command": command, "args": [*prefix, "serve"]}
+    return clients.server_entry(client, command, prefix, server_home,
+                                os.environ if environ is None else environ, "recovery")
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -65,33 +70,62 @@ def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def planned_changes(client: str, port: int, home: Path) -> list[tuple[Path, str, str]]:
-    """(file, new text, what changes) for each file ``client`` reads."""
+@dataclass(frozen=True)
+class Change:
+    path: Path
+    text: str  # the file as install-proxy writes it
+    what: str
+    reverse: undo.Reverse  # uninstall-proxy's way back when the file changed since
+    warning: str | None = None  # said before the file is written
+
+
+def _json_change(path: Path, patch: dict[str, Any], what: str, *keys: tuple[str, ...]) -> Change:
+    return Change(path, _json(_merge(_load_json(path), patch)), what, undo.json_keys(*keys))
+
+
+def planned_changes(client: str, port: int, home: Path,
+                    server_home: str | None = None) -> list[Change]:
+    """What install-proxy writes for ``client``, file by file."""
     url = f"http://127.0.0.1:{port}"
     if client == "claude-code":
-        settings = home / ".claude" / "settings.json"
-        state = home / ".claude.json"
-        patch = {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}}
-        mcp = {"mcpServers": {clients.DEFAULT_NAME: _mcp_entry()}}
-        return [(settings, _json(_merge(_load_json(settings), patch)),
-                 f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1"),
-                (state, _json(_merge(_load_json(state), mcp)),
-                 f"mcpServers.{clients.DEFAULT_NAME} (the recovery tools)")]
+        name = clients.DEFAULT_NAME
+        return [_json_change(home / ".claude" / "settings.json",
+                             {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}},
+                             f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1",
+                             ("env", "ANTHROPIC_BASE_URL"), ("env", "DISABLE_AUTO_COMPACT")),
+                _json_change(home / ".claude.json",
+                             {"mcpServers": {name: mcp_entry(server_home=server_home)}},
+                             f"mcpServers.{name} (the recovery tools, for every project)",
+                             ("mcpServers", name))]
     if client == "codex":
         path = home / ".codex" / "config.toml"
         text = path.read_text(encoding="utf-8") if path.exists() else ""
-        return [(path, codex_config(text, f"{url}/v1"),
-                 f"model_provider = {PROVIDER} ({url}/v1); auto-compaction limit raised; "
-                 f"mcp_servers.{clients.DEFAULT_NAME}")]
+        return [Change(path, codex_config(text, f"{url}/v1", server_home),
+                       f"model_provider = {PROVIDER} ({url}/v1); auto-compaction limit raised; "
+                       f"mcp_servers.{clients.DEFAULT_NAME} (the recovery tools)",
+                       codex_reverse, _provider_warning(text))]
     if client == "pi":
-        models = home / ".pi" / "agent" / "models.json"
-        settings = home / ".pi" / "agent" / "settings.json"
+        agent = home / ".pi" / "agent"
         patch = {"providers": {"anthropic": {"baseUrl": url}, "openai": {"baseUrl": f"{url}/v1"}}}
-        return [(models, _json(_merge(_load_json(models), patch)),
-                 "providers.anthropic/openai.baseUrl → the proxy"),
-                (settings, _json(_merge(_load_json(settings), {"compaction": {"enabled": False}})),
-                 "compaction.enabled = false")]
+        return [_json_change(agent / "models.json", patch,
+                             "providers.anthropic/openai.baseUrl → the proxy",
+                             ("providers", "anthropic", "baseUrl"),
+                             ("providers", "openai", "baseUrl")),
+                _json_change(agent / "settings.json", {"compaction": {"enabled": False}},
+                             "compaction.enabled = false", ("compaction", "enabled"))]
     raise clients.InstallError(f"unknown client {client!r}")
+
+
+def _provider_warning(text: str) -> str | None:
+    try:
+        current = tomllib.loads(text).get("model_provider") if text.strip() else None
+    except tomllib.TOMLDecodeError:
+        return None  # codex_config refuses it with the parser's message
+    if current in (None, PROVIDER):
+        return None
+    return (f"Codex's model_provider is {current!r}; install-proxy replaces it with "
+            f"{PROVIDER!r}, which sends requests to OpenAI's API through the proxy "
+            f"(uninstall-proxy puts {current!r} back)")
 
 
 def _json(value: dict[str, Any]) -> str:
@@ -123,20 +157,61 @@ def _set_table(text: str, name: str, body: str) -> str:
     return text.rstrip("\n") + ("\n\n" if text.strip() else "") + table
 
 
-def codex_config(text: str, base_url: str) -> str:
+def codex_config(text: str, base_url: str, server_home: str | None = None) -> str:
     """Codex's config.toml with the proxy as its model provider and the MCP server added."""
-    entry = _mcp_entry()
     text = _set_top_level(text, "model_provider", f"model_provider = {_toml_string(PROVIDER)}")
     text = _set_top_level(text, "model_auto_compact_token_limit",
                           f"model_auto_compact_token_limit = {CODEX_COMPACT_LIMIT}")
     text = _set_table(text, f"model_providers.{PROVIDER}", "\n".join([
         'name = "context-paging proxy"', f"base_url = {_toml_string(base_url)}",
         'env_key = "OPENAI_API_KEY"', 'wire_api = "responses"']))
+    return codex_mcp(text, mcp_entry("codex", server_home))
+
+
+def codex_mcp(text: str, entry: dict[str, Any]) -> str:
+    """Codex's config.toml with the ``[mcp_servers.context-paging]`` table set to ``entry``."""
     args = ", ".join(_toml_string(a) for a in entry["args"])
-    text = _set_table(text, f"mcp_servers.{clients.DEFAULT_NAME}",
-                      f"command = {_toml_string(entry['command'])}\nargs = [{args}]")
+    body = f"command = {_toml_string(entry['command'])}\nargs = [{args}]"
+    if entry.get("env"):
+        pairs = ", ".join(f"{_toml_string(k)} = {_toml_string(v)}"
+                          for k, v in entry["env"].items())
+        body += f"\nenv = {{ {pairs} }}"
+    text = _set_table(text, f"mcp_servers.{clients.DEFAULT_NAME}", body)
     tomllib.loads(text)  # never write a file Codex cannot read
     return text
+
+
+def _table_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^\[{re.escape(name)}\]\s*$.*?(?=^\s*\[|\Z)", re.M | re.S)
+
+
+def _top_level_pattern(key: str) -> re.Pattern[str]:
+    return re.compile(rf"^\s*{re.escape(key)}\s*=.*$\n?", re.M)
+
+
+def codex_reverse(current: str, original: str | None) -> str | None:
+    """Codex's config.toml without install-proxy's lines and tables: each put back as the
+    original had it, or removed."""
+    before = original or ""
+    header = re.search(r"^\s*\[", before, re.M)
+    top = before[:header.start()] if header else before
+    text = current
+    for key in ("model_provider", "model_auto_compact_token_limit"):
+        line = _top_level_pattern(key).search(top)
+        if line:
+            text = _set_top_level(text, key, line.group(0).rstrip("\n"))
+        else:
+            split = re.search(r"^\s*\[", text, re.M)
+            head, rest = (text[:split.start()], text[split.start():]) if split else (text, "")
+            text = _top_level_pattern(key).sub("", head, count=1) + rest
+    for name in (f"model_providers.{PROVIDER}", f"mcp_servers.{clients.DEFAULT_NAME}"):
+        table = _table_pattern(name).search(before)
+        found = _table_pattern(name).search(text)
+        if found:
+            text = text[:found.start()] + (table.group(0) if table else "") + text[found.end():]
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    tomllib.loads(text)
+    return None if original is None and not text.strip() else text
 
 
 # --- doctor -------------------------------------------------------------------------------------

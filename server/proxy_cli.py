@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.index import private
-from context_paging.server import agents, clients, connections, guard
+from context_paging.server import agents, clients, connections, guard, service, undo
 from context_paging.server.config import Settings
 from context_paging.server.proxy import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, Proxy, Upstreams
 
 DEFAULT_PORT = 8787
+CLIENTS = ("claude-code", "codex", "pi")
 
 
 def add_commands(commands: Any) -> None:
@@ -47,9 +48,14 @@ def add_commands(commands: Any) -> None:
     doctor.set_defaults(run=cmd_doctor)
 
     install = commands.add_parser("install-proxy", help="print (or --write) the settings that "
-                                  "point an agent at the proxy")
+                                  "point an agent at the proxy, and optionally a user service")
     install_arguments(install)
     install.set_defaults(run=cmd_install)
+
+    uninstall = commands.add_parser("uninstall-proxy", help="take back what install-proxy "
+                                    "--write changed: each file's original, byte for byte")
+    uninstall_arguments(uninstall)
+    uninstall.set_defaults(run=cmd_uninstall)
 
 
 def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,35 +184,98 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def install_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"))
-    parser.add_argument("--port", type=int, default=8787, help="the proxy's port (default 8787)")
+    parser.add_argument("--client", choices=CLIENTS,
+                        help="the agent to point at the proxy (needed unless --service alone)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the proxy's port (default {DEFAULT_PORT})")
+    parser.add_argument("--service", action="store_true",
+                        help="also a user service that starts the proxy at log-in (a systemd "
+                        "user unit on Linux, a launchd agent on macOS)")
     parser.add_argument("--write", action="store_true",
-                        help="apply the changes (each file's previous version kept as .bak)")
+                        help="apply the changes (the original of each file is kept once, for "
+                        "uninstall-proxy)")
+
+
+def uninstall_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", choices=CLIENTS,
+                        help="the agent whose install-proxy changes to take back")
+    parser.add_argument("--service", action="store_true",
+                        help="also remove the user service install-proxy --service wrote")
+
+
+def _changes(args: argparse.Namespace, home: Path) -> list[agents.Change]:
+    server_home = getattr(args, "home", None)
+    changes = agents.planned_changes(args.client, args.port, home, server_home) \
+        if args.client else []
+    if args.service:
+        path = service.service_file(home)
+        words = service.proxy_command(args.port, server_home, dict(os.environ))
+        changes.append(agents.Change(path, service.service_text(words, home),
+                                     "starts the proxy at log-in", lambda now, before: None))
+    return changes
 
 
 def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
+    if not (args.client or args.service):
+        print("context-paging: install-proxy needs --client (and/or --service)", file=sys.stderr)
+        return 2
     home = agents.user_home()
     try:
-        changes = agents.planned_changes(args.client, args.port, home)
+        changes = _changes(args, home)
     except (clients.InstallError, ValueError) as exc:
         print(f"context-paging: {exc}", file=sys.stderr)
         return 2
-    for path, text, what in changes:
+    for change in changes:
+        if change.warning:
+            print(f"context-paging: warning: {change.warning}", file=sys.stderr)
         if not args.write:
-            print(f"# {path}: {what}\n{text}")
-            continue
-        if path.exists() and path.read_text(encoding="utf-8") == text:
-            print(f"{path}: already set up; nothing changed.")
-            continue
-        existed = path.exists()
-        clients._replace(path, text)
-        backup = f" (previous file: {path}.bak — move it back to undo)" if existed else ""
-        print(f"{path}: {what}{backup}")
+            print(f"# {change.path}: {change.what}\n{change.text}")
+        elif change.path.exists() and change.path.read_text(encoding="utf-8") == change.text:
+            print(f"{change.path}: already set up; nothing changed.")
+        else:
+            try:
+                undo.write(change.path, change.text)
+            except (clients.InstallError, OSError) as exc:
+                print(f"context-paging: {exc}", file=sys.stderr)
+                return 2
+            print(f"{change.path}: {change.what}")
     if not args.write:
-        print("# Rerun with --write to apply; each file's previous version is kept as .bak.",
+        print("# Rerun with --write to apply; uninstall-proxy takes it back.", file=sys.stderr)
+    elif args.client:
+        undo_line = f"context-paging uninstall-proxy --client {args.client}"
+        print(f"# To undo: {undo_line}{' --service' if args.service else ''}", file=sys.stderr)
+    if args.service:
+        print(f"# Enable the service with: {service.enable_hint(service.service_file(home))}",
               file=sys.stderr)
-    print(f"# Start the proxy with: context-paging proxy --port {args.port}", file=sys.stderr)
+    else:
+        print(f"# Start the proxy with: context-paging proxy --port {args.port}",
+              file=sys.stderr)
     return 0
+
+
+def cmd_uninstall(args: argparse.Namespace, settings: Settings) -> int:
+    if not (args.client or args.service):
+        print("context-paging: uninstall-proxy needs --client (and/or --service)",
+              file=sys.stderr)
+        return 2
+    home = agents.user_home()
+    args.port = DEFAULT_PORT  # the paths do not depend on it
+    try:
+        changes = _changes(args, home)
+    except (clients.InstallError, ValueError) as exc:
+        print(f"context-paging: {exc}", file=sys.stderr)
+        return 2
+    if args.service:
+        print(f"# First stop the service: {service.disable_hint(service.service_file(home))}",
+              file=sys.stderr)
+    status = 0
+    for change in changes:
+        try:
+            print(undo.undo(change.path, change.reverse))
+        except (clients.InstallError, OSError, ValueError) as exc:
+            print(f"context-paging: {change.path}: {exc}; left as it is", file=sys.stderr)
+            status = 2
+    return status
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
