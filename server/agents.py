@@ -5,7 +5,7 @@ What each agent gets (specs/model-apis.md §2, §4, §6):
 
 - **Claude Code**: ``~/.claude/settings.json`` → ``env.ANTHROPIC_BASE_URL`` (the proxy's origin,
   no ``/v1``) and ``env.DISABLE_AUTO_COMPACT = "1"``; the MCP server in ``~/.claude.json``
-  ``mcpServers`` (what ``claude mcp add --scope user`` writes).
+  ``mcpServers`` (what ``claude mcp add --scope user`` writes), the recovery tools.
 - **Codex**: ``~/.codex/config.toml`` → ``model_provider = "paging"`` and a
   ``[model_providers.paging]`` table (``base_url`` with ``/v1``, ``wire_api = "responses"``,
   ``env_key = "OPENAI_API_KEY"``), ``model_auto_compact_token_limit`` set very high (Codex has
@@ -14,9 +14,10 @@ What each agent gets (specs/model-apis.md §2, §4, §6):
   ``baseUrl`` re-pointed (models and auth stay), and ``~/.pi/agent/settings.json`` →
   ``compaction.enabled = false``. Pi has no MCP client; the recovery commands are the CLI's.
 
-Without ``--write`` the changes are printed. With it each file is rewritten atomically and the
-previous one kept as ``<file>.bak`` (undo: move it back). TOML is edited as text — only the lines
-and tables named above are replaced — and the result must parse before it is written.
+Without ``--write`` the changes are printed. With it each file is rewritten atomically, its
+original kept once for ``uninstall-proxy`` (server/undo.py). TOML is edited as text — only the
+lines and tables named above are replaced — and the result must parse before it is written.
+The MCP entry is the one ``install-config`` writes: user scope, the recovery tools.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 from context_paging.server import clients, undo
-from context_paging.server.proxy import HEALTH_PATH
 
 PROVIDER = "paging"
 CODEX_COMPACT_LIMIT = 1_000_000_000
@@ -214,41 +213,22 @@ def codex_reverse(current: str, original: str | None) -> str | None:
     return None if original is None and not text.strip() else text
 
 
-# --- doctor -------------------------------------------------------------------------------------
+# --- doctor (its set-up checks: server/setup_checks.py) ----------------------------------------
 
 
-def _points_at(port: int, home: Path, environ: dict[str, str]) -> list[str]:
-    """Which agent settings name the proxy's port."""
-    needle = f":{port}"
-    found = []
-    if needle in environ.get("ANTHROPIC_BASE_URL", ""):
-        found.append("ANTHROPIC_BASE_URL in this shell")
-    files = {"Claude Code": home / ".claude" / "settings.json",
-             "Codex": home / ".codex" / "config.toml",
-             "Pi": home / ".pi" / "agent" / "models.json"}
-    for agent, path in files.items():
-        try:
-            if needle in path.read_text(encoding="utf-8"):
-                found.append(f"{agent} ({path})")
-        except OSError:
-            continue
-    return found
-
-
-def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> tuple[bool, str]:
+def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
+           cwd: Path | None = None) -> tuple[bool, str]:
     from context_paging.index.proxied import conversation_stats, last_proxied
+    from context_paging.server import setup_checks
 
-    lines = []
-    try:
-        reply = httpx.get(f"http://127.0.0.1:{port}{HEALTH_PATH}", timeout=3.0, trust_env=False)
-        up = reply.status_code == 200 and reply.json().get("service") == "context-paging proxy"
-    except (httpx.HTTPError, ValueError):
-        up = False
-    lines.append(f"proxy on port {port}: " + ("up" if up else
-                 f"not answering — start it with: context-paging proxy --port {port}"))
-    agents = _points_at(port, home, environ)
+    up, health = setup_checks.proxy_health(port)
+    lines = [health]
+    urls, agents = setup_checks.base_url_lines(port, home, environ)
     lines.append("agents pointing at it: " + (", ".join(agents) if agents else
                  "none — run: context-paging install-proxy --client claude-code|codex|pi"))
+    if urls:
+        lines += ["model API base URLs:", *urls]
+    lines += ["MCP server registered:", *setup_checks.registrations(home, cwd or Path.cwd())]
     last = last_proxied(data_home)
     tally = conversation_stats(data_home, last) if last else None
     if tally:

@@ -120,3 +120,23 @@ def test_the_launchd_agent_runs_the_proxy_at_load_and_keeps_it_alive(tmp_path):
     assert "<key>RunAtLoad</key>\n  <true/>" in text and "<key>KeepAlive</key>" in text
     assert service.service_file(tmp_path, "darwin") == (
         tmp_path / "Library" / "LaunchAgents" / "dev.context-paging.proxy.plist")
+
+
+def test_doctor_reports_every_agents_base_url_whatever_its_port_and_the_registration(
+        user_home, tmp_path):
+    from context_paging.server import agents
+
+    assert main(["install-proxy", "--client", "claude-code", "--write", "--port", "9001"]) == 0
+    assert main(["install-proxy", "--client", "pi", "--write", "--port", "9002"]) == 0
+    ok, text = agents.doctor(9003, tmp_path / "data", user_home,
+                             {"OPENAI_BASE_URL": "https://api.openai.com/v1"}, cwd=tmp_path)
+    assert not ok
+    assert ("Claude Code (~/.claude/settings.json): http://127.0.0.1:9001 — another port on "
+            "this machine, not the proxy on 9003") in text
+    assert "Pi openai (~/.pi/agent/models.json): http://127.0.0.1:9002/v1 — another port" in text
+    assert "OPENAI_BASE_URL in this shell: https://api.openai.com/v1 — not through the proxy" in text
+    assert "Codex (~/.codex/config.toml, provider azure): https://azure.example — not through" in text
+    assert "Claude Code, every project (~/.claude.json): recovery tools" in text
+    assert "agents pointing at it: none" in text
+    _, text = agents.doctor(9001, tmp_path / "data", user_home, {}, cwd=tmp_path)
+    assert "agents pointing at it: Claude Code (~/.claude/settings.json)" in text
