@@ -351,3 +351,17 @@ def test_the_proxy_refuses_connections_until_it_can_answer_them(tmp_path, monkey
             servers[0].should_exit = True
         thread.join(timeout=30)
     assert refused == [True]
+
+
+@pytest.mark.parametrize("agent, headers", [
+    # what the pinned agents sent a listener on 127.0.0.1 (their other headers are not the
+    # guard's business): Claude Code and Codex send no fetch metadata, Pi's Node fetch one mode
+    ("claude", [(b"host", b"127.0.0.1:8787"), (b"user-agent", b"claude-cli/2.1.197")]),
+    ("codex", [(b"host", b"127.0.0.1:8787"), (b"user-agent", b"codex_exec/0.171.0")]),
+    ("pi", [(b"host", b"127.0.0.1:8787"), (b"user-agent", b"Anthropic/JS 0.91.1"),
+            (b"sec-fetch-mode", b"cors")]),
+])
+def test_the_agents_own_requests_pass_the_guard(agent, headers):
+    from context_paging.server.guard import refusal
+
+    assert refusal(headers, frozenset()) is None
