@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 log = logging.getLogger("context_paging")
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+_LOOKED_AT = frozenset({b"host", b"origin", b"sec-fetch-site", b"sec-fetch-mode"})
 
 
 def _hostname(host: str) -> str:
@@ -50,7 +51,9 @@ def refusal(headers: Sequence[tuple[bytes, bytes]], hosts: frozenset[str]) -> st
     """Why a request with these headers must be refused, or None when it may pass."""
     seen: dict[bytes, str] = {}
     for key, value in headers:
-        seen.setdefault(key.lower(), value.decode("latin-1"))
+        key = key.lower()
+        if key in _LOOKED_AT and key not in seen:
+            seen[key] = value.decode("latin-1")
     if b"origin" in seen:
         return f"it comes from a web page (Origin {seen[b'origin'][:100]!r})"
     if b"sec-fetch-site" in seen:

@@ -81,7 +81,8 @@ class Body:
     value: dict[str, Any]
     spans: Mapping[str, tuple[int, int]]  # top-level key -> (start, end) of its value
     items: tuple[tuple[int, int], ...]  # the conversation array's elements, (start, end)
-    # repr of each float read -> its first spelling in the body, so a changed message keeps it
+    # repr of a float read -> its first spelling in the body where the two differ, so a
+    # changed message keeps it
     numbers: Mapping[str, str] = dataclass_field(default_factory=dict)
 
 
@@ -96,7 +97,8 @@ def read_body(raw: bytes, field: str) -> Body:
 
     def number(spelled: str) -> float:
         value = float(spelled)
-        numbers.setdefault(repr(value), spelled)
+        if repr(value) != spelled:  # only spellings json.dumps would not give back
+            numbers.setdefault(repr(value), spelled)
         return value
 
     try:
@@ -171,7 +173,9 @@ def dumps(value: Any) -> str:
 def strict(value: Any, numbers: Mapping[str, str] = _NO_NUMBERS) -> str:
     """How the proxy writes a message it changed: :func:`dumps`, except that a float keeps the
     spelling it had in the body (``numbers``); ValueError for anything strict JSON cannot hold
-    (NaN, an infinity the body did not spell as a number, a key that is not a string)."""
+    (NaN, or an infinity the body did not spell as a number)."""
+    if not numbers:
+        return dumps(value)  # every float in the body is spelled as json.dumps spells it
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, dict):
