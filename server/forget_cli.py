@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from context_paging.index.forget import Forgotten, expired, forget
 from context_paging.server.config import Settings
+
+if TYPE_CHECKING:  # the index modules load only when the command runs (a fast CLI start)
+    from context_paging.index.forget import Forgotten
 
 log = logging.getLogger("context_paging")
 
@@ -28,6 +30,8 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.index.forget import expired
+
     if args.expired:
         keep = settings.get("ledger", "keep_days")
         if keep is None:
@@ -46,6 +50,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def forget_sessions(settings: Settings, sessions: list[str]) -> list[Forgotten]:
+    from context_paging.index.forget import forget
     from context_paging.index.store import SearchIndex
 
     index = settings.home / "index"
@@ -60,6 +65,8 @@ def forget_sessions(settings: Settings, sessions: list[str]) -> list[Forgotten]:
 def apply_retention(settings: Settings) -> None:
     """Delete the ledger sessions past ``[ledger] keep_days`` (when a server or proxy starts),
     one log line for what went."""
+    from context_paging.index.forget import expired
+
     sessions = expired(settings.home, settings.get("ledger", "keep_days"))
     if sessions:
         forget_sessions(settings, sessions)

@@ -6,7 +6,8 @@ the ledger the recovery tools read. Browsers always say where such a request com
 wrapper refuses, with 403 and one log line, before the body is read or anything stored:
 
 - a ``Host`` that is neither a loopback name (``localhost``, ``127.0.0.0/8``, ``[::1]``) nor the
-  host the proxy was told to listen on (a rebinding page's request carries its own name);
+  host the proxy was told to listen on (a rebinding page's request carries its own name; with
+  ``--host 0.0.0.0`` any IP address passes, since rebinding needs a name);
 - an ``Origin`` header (agents' HTTP clients send none; every browser sends one on a
   cross-origin POST and on every form submission);
 - ``Sec-Fetch-Site`` (only browsers send it), or ``Sec-Fetch-Mode`` other than ``cors`` (Node's
@@ -47,8 +48,19 @@ def is_loopback(name: str) -> bool:
         return False
 
 
-def refusal(headers: Sequence[tuple[bytes, bytes]], hosts: frozenset[str]) -> str | None:
-    """Why a request with these headers must be refused, or None when it may pass."""
+def _address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def refusal(headers: Sequence[tuple[bytes, bytes]], hosts: frozenset[str],
+            any_address: bool = False) -> str | None:
+    """Why a request with these headers must be refused, or None when it may pass.
+    ``any_address``: the proxy listens on every interface, so a ``Host`` that is an IP address
+    passes too (DNS rebinding needs a name)."""
     seen: dict[bytes, str] = {}
     for key, value in headers:
         key = key.lower()
@@ -64,7 +76,7 @@ def refusal(headers: Sequence[tuple[bytes, bytes]], hosts: frozenset[str]) -> st
     host = seen.get(b"host")
     if host is not None:
         name = _hostname(host)
-        if not (is_loopback(name) or name in hosts):
+        if not (is_loopback(name) or name in hosts or (any_address and _address(name))):
             return f"its Host {host[:100]!r} is not this machine"
     return None
 
@@ -74,11 +86,13 @@ class Guard:
 
     def __init__(self, app: ASGIApp, hosts: Iterable[str] = ()) -> None:
         self.app = app
+        hosts = list(hosts)
         self.hosts = frozenset(_hostname(h) for h in hosts if h not in _WILDCARDS)
+        self.any_address = any(h in _WILDCARDS for h in hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
-            reason = refusal(scope.get("headers") or (), self.hosts)
+            reason = refusal(scope.get("headers") or (), self.hosts, self.any_address)
             if reason is not None:
                 log.warning("proxy: refused %s %s: %s", scope.get("method", "WEBSOCKET"),
                             scope.get("path", "")[:100], reason)

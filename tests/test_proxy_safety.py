@@ -111,13 +111,16 @@ def test_loopback_names_and_node_fetchs_cors_mode_pass(proxied, host):
     assert len(proxied.provider.requests) == 1
 
 
-def test_the_configured_listen_host_is_accepted_besides_loopback():
+def test_the_configured_listen_host_is_accepted_besides_loopback_and_a_wildcard_takes_addresses():
     from context_paging.server.guard import Guard, refusal
 
     guard = Guard(object(), ["box.lan"])
     assert refusal([(b"host", b"box.lan:8787")], guard.hosts) is None
     assert refusal([(b"host", b"other.lan:8787")], guard.hosts) is not None
-    assert Guard(object(), ["0.0.0.0"]).hosts == frozenset()
+    every = Guard(object(), ["0.0.0.0"])
+    assert every.hosts == frozenset() and every.any_address
+    assert refusal([(b"host", b"192.168.1.20:8787")], every.hosts, every.any_address) is None
+    assert refusal([(b"host", b"evil.example")], every.hosts, every.any_address) is not None
 
 
 def test_connections_that_send_half_a_request_line_are_closed_at_the_header_deadline(proxied):
