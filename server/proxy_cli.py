@@ -78,7 +78,8 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
 
 
 def _server(app: Proxy, sock: socket.socket, host: str = "127.0.0.1",
-            header_timeout: float = connections.HEADER_TIMEOUT):
+            header_timeout: float = connections.HEADER_TIMEOUT,
+            body_idle: float = connections.BODY_IDLE_TIMEOUT):
     import uvicorn
 
     connections.quiet_upstream_breaks()
@@ -88,7 +89,7 @@ def _server(app: Proxy, sock: socket.socket, host: str = "127.0.0.1",
     config = uvicorn.Config(guard.Guard(app, [host]), lifespan="on", log_config=None,
                             access_log=False, server_header=False, date_header=False,
                             log_level="warning", timeout_graceful_shutdown=5,
-                            http=connections.deadline_protocol(header_timeout),
+                            http=connections.deadline_protocol(header_timeout, body_idle),
                             timeout_keep_alive=connections.KEEP_ALIVE_TIMEOUT,
                             limit_concurrency=connections.CONCURRENCY_LIMIT,
                             backlog=connections.BACKLOG)

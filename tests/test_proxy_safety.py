@@ -32,7 +32,7 @@ BODY = json.dumps({"model": "m", "max_tokens": 5, "messages": [
 class Proxied:
     """The provider, and the proxy in front of it under the real server settings."""
 
-    def __init__(self, home: Path, header_timeout: float = 0.3) -> None:
+    def __init__(self, home: Path, header_timeout: float = 0.3, body_idle: float = 0.3) -> None:
         self.home = home
         self.history = make_history(load_settings(home=str(home)))
         self.provider = FakeProvider()
@@ -42,7 +42,8 @@ class Proxied:
         self.sock = proxy_cli.listen("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = proxy_cli._server(app, self.sock, header_timeout=header_timeout)
+        self.server = proxy_cli._server(app, self.sock, header_timeout=header_timeout,
+                                        body_idle=body_idle)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        daemon=True)
         self.thread.start()
@@ -57,11 +58,12 @@ class Proxied:
             return reply
 
     def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
-        self.upstream.close()
-        self.history.close()
+        if not self.server.should_exit:  # once, however often it is called
+            self.server.should_exit = True
+            self.thread.join(timeout=30)
+            self.sock.close()
+            self.upstream.close()
+            self.history.close()
 
 
 @pytest.fixture
@@ -156,6 +158,19 @@ def test_a_head_trickled_in_byte_by_byte_still_meets_one_deadline(proxied):
             if closed:
                 break
         assert closed
+
+
+def test_a_body_that_stops_arriving_closes_its_connection_with_one_line(proxied, caplog):
+    with caplog.at_level(logging.WARNING):
+        with socket.create_connection(("127.0.0.1", proxied.port), timeout=10.0) as conn:
+            conn.sendall(post("127.0.0.1", body=BODY)[:-10])  # the head, and most of the body
+            assert conn.recv(100) == b""
+        proxied.close()  # the server's handling of the request is over
+    assert proxied.provider.requests == []
+    assert last_proxied(proxied.home) is None
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in records] == [
+        "proxy: closed a connection whose request body stopped arriving for 0.3s"]
 
 
 def test_the_server_settings_bound_connections():
