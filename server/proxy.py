@@ -236,8 +236,11 @@ class Proxy:
 
 def _target(scope: Scope) -> str:
     """The request target as the agent sent it: the raw path (``%2F`` stays ``%2F``) and the
-    raw query string."""
+    raw query string. A target that does not start with ``/`` (``@evil.example/x``, an absolute
+    URL) gets one, so what follows the provider's origin can never name another host."""
     path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    if not path.startswith("/"):
+        path = "/" + path
     query = scope.get("query_string") or b""
     return path + ("?" + query.decode("latin-1") if query else "")
 

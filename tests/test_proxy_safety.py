@@ -296,6 +296,18 @@ def test_the_raw_path_and_query_reach_the_provider_as_received(recording):
     assert scope["query_string"] == b"x=%2F&y=1+2"
 
 
+@pytest.mark.parametrize("target", [b"@127.0.0.1:{port}/v1/models", b"http://127.0.0.1:{port}/x",
+                                    b"//127.0.0.1:{port}/x", b"/v1/../..//127.0.0.1:{port}/x"])
+def test_a_crafted_target_stays_on_the_providers_host(recording, target):
+    proxied, upstream = recording
+    evil = Recording()
+    with Served(evil) as listener:
+        target = target.replace(b"{port}", str(listener.port).encode())
+        proxied.raw(b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Connection: close\r\n\r\n")
+    assert evil.scopes == []
+
+
 def test_a_reply_broken_off_mid_stream_logs_one_line_and_no_traceback(tmp_path, caplog):
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
