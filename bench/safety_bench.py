@@ -1,8 +1,9 @@
 """What the proxy's safety measures cost, and what they hold, measured side by side in one run.
 
 * **half-open connections**: 300 connections that each send half a request line to the proxy
-  (the real server settings, the header deadline shortened to ``--deadline`` seconds); the
-  proxy process's open file descriptors while they wait and once the deadline has passed;
+  (the real server settings, the header deadline shortened to ``--deadline`` seconds), next to
+  uvicorn's stock settings (what the proxy had before); the server's open file descriptors
+  while they wait and once the deadline has passed;
 * **start-up**: ``context-paging proxy`` started as a subprocess; when a connection is first
   accepted and when the first health request is answered (equal: it listens only once ready);
 * **guard**: the per-request check of ``Host``/``Origin``/``Sec-Fetch-*`` against the 200-odd
@@ -12,7 +13,7 @@
 * **private home**: tightening an old home of ``--files`` files (once), and the check on every
   later start.
 
-    python bench/safety_bench.py [--deadline 1.0] [--files 10000]
+    python bench/safety_bench.py [--deadline 1.0] [--files 10000] [--against <checkout>]
 """
 
 from __future__ import annotations
@@ -37,12 +38,19 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def half_open(deadline: float) -> None:
+def half_open(deadline: float, guarded: bool) -> None:
+    """300 half-sent request lines against the server with the deadline, or (``guarded``
+    False) with uvicorn's stock protocol, the settings before it."""
+    import uvicorn
+
     async def app(scope, receive, send):  # never reached: no request head completes
         return None
 
     sock = proxy_cli.listen("127.0.0.1", 0)
     server = proxy_cli._server(app, sock, header_timeout=deadline)
+    if not guarded:
+        server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None,
+                                               log_level="warning", http="h11"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
@@ -51,26 +59,31 @@ def half_open(deadline: float) -> None:
     conns = [socket.create_connection(sock.getsockname()) for _ in range(300)]
     for conn in conns:
         conn.sendall(b"POST /v1/mess")
-    time.sleep(deadline / 2)
-    waiting = _fds() - base - 300  # the proxy's side of them (our own 300 left out)
-    closed = sum(conn.recv(1) == b"" for conn in conns)
-    after = _fds() - base - 300
+    waiting, started = 0, time.monotonic()
+    while time.monotonic() - started < deadline * 0.8:  # the most accepted at once
+        waiting = max(waiting, _fds() - base - 300)
+        time.sleep(0.01)
+    time.sleep(deadline)
+    after = _fds() - base - 300  # the proxy's side of them (our own 300 left out)
     for conn in conns:
         conn.close()
     server.should_exit = True
     thread.join()
-    print(f"half-open connections: proxy-side fds {waiting} while waiting, {after} after the "
-          f"{deadline}s deadline; {closed}/300 closed by the proxy")
+    print(f"half-open connections, {'header deadline' if guarded else 'stock uvicorn h11'}: "
+          f"proxy-side fds {waiting} at most while waiting, {after} open {deadline * 1.8:.1f}s "
+          "after they were sent")
 
 
-def start_up() -> None:
+def start_up(against: str | None = None) -> None:
+    """``against``: another checkout's source tree, started instead (through PYTHONPATH)."""
     probe = socket.create_server(("127.0.0.1", 0))
     port = probe.getsockname()[1]
     probe.close()
     home = tempfile.mkdtemp()
     started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": against} if against else None
     child = subprocess.Popen([sys.executable, "-m", "context_paging", "--home", home, "proxy",
-                              "--port", str(port)], stderr=subprocess.DEVNULL)
+                              "--port", str(port)], stderr=subprocess.DEVNULL, env=env)
     accepted = answered = None
     try:
         while answered is None and time.monotonic() - started < 60:
@@ -86,8 +99,8 @@ def start_up() -> None:
     finally:
         child.terminate()
         child.wait()
-    print(f"start-up: first connection accepted at {accepted:.2f}s, first answer at "
-          f"{answered:.2f}s")
+    print(f"start-up{' of ' + against if against else ''}: first connection accepted at "
+          f"{accepted:.2f}s, first answer at {answered:.2f}s")
 
 
 def _per_call(fn, rounds: int) -> float:
@@ -137,8 +150,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--deadline", type=float, default=1.0)
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--against", metavar="CHECKOUT",
+                        help="also time another checkout's start-up (e.g. git archive <commit>)")
     args = parser.parse_args()
-    half_open(args.deadline)
+    half_open(args.deadline, guarded=False)
+    half_open(args.deadline, guarded=True)
+    if args.against:
+        start_up(args.against)
     start_up()
     guard_cost()
     strict_cost()
