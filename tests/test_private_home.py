@@ -130,10 +130,16 @@ def test_ledger_sessions_past_keep_days_are_deleted_at_start_and_by_forget_expir
     assert list((home / "ledger").glob("*.jsonl")) == []
 
 
-def test_every_cli_command_runs_under_a_private_umask_and_run_gives_agents_the_users(tmp_path,
-                                                                                   cli_umask):
+def test_every_cli_command_runs_under_a_private_umask_and_run_gives_agents_the_users(
+        tmp_path, cli_umask, capfd):
+    import sys
+
     os.umask(0o022)
     private.user_umask = None
-    assert main(["--home", str(make_home(tmp_path)), "config"]) == 0
+    home = str(make_home(tmp_path))
+    assert main(["--home", home, "config"]) == 0
     assert os.umask(0o077) == 0o077
-    assert private.user_umask == 0o022  # what cmd_run hands the agent it starts
+    capfd.readouterr()
+    script = "import os; print(oct(os.umask(0)))"
+    assert main(["--home", home, "run", "--", sys.executable, "-c", script]) == 0
+    assert capfd.readouterr().out.strip() == "0o22"  # the agent writes files as the user would
