@@ -39,9 +39,10 @@ def secure_home(home: Path) -> int:
     """Tighten an existing home to 0700 folders and 0600 files; the number of modes changed.
 
     A home that is already 0700 was tightened before (or made private) and is not walked again,
-    so this costs one ``stat`` on every later start. Links are never followed.
+    so this costs one ``stat`` on every later start. Links inside it are never followed.
     """
     try:
+        home = home.resolve()  # a home that is a link to a folder: that folder
         info = home.lstat()
     except OSError:
         return 0  # not made yet: it is created private
