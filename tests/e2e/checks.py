@@ -1,0 +1,150 @@
+"""What a run's recorded requests show: whether paging happened, whether any request lost the
+agent's tools or instructions, and whether every cache break was a cut advance.
+
+A **cache break** is a task request whose conversation does not begin with the previous task
+request's conversation (the bytes the provider caches, ``cache_control`` markers aside, which
+agents move on purpose). A break is a **cut advance** when the request carries the paging
+notice and what it dropped is the oldest part of the previous window: the rest of that window
+follows the notice unchanged, then the new messages. Changes of ``tools`` or ``system`` are the
+agent's own (Claude Code adds its MCP tools when the server connects) and are counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tests.e2e import task, validate
+from tests.e2e.provider import Exchange
+
+NOTICE = "[Context paging notice"
+FIRST_OUTPUT = b"E2E STEP 01 OF 18"
+BILLING = "x-anthropic-billing-header"
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def conversation(exchange: Exchange) -> list[str]:
+    body = exchange.body or {}
+    items = body.get("messages") if exchange.api == "anthropic" else body.get("input")
+    return [json.dumps(_strip(m), sort_keys=True) for m in items or ()]
+
+
+def has_notice(exchange: Exchange) -> bool:
+    return any(NOTICE in m for m in conversation(exchange))
+
+
+def paged(exchanges: list[Exchange]) -> list[int]:
+    """The task requests whose window is not the whole conversation."""
+    return [e.number for e in exchanges
+            if has_notice(e) or (e.done_steps >= 2 and FIRST_OUTPUT not in e.request.body)]
+
+
+@dataclass(frozen=True)
+class Break:
+    number: int
+    cut_advance: bool
+    detail: str
+
+
+def cache_breaks(exchanges: list[Exchange]) -> list[Break]:
+    out = []
+    for previous, current in zip(exchanges, exchanges[1:], strict=False):
+        before, after = conversation(previous), conversation(current)
+        if after[:len(before)] == before:
+            continue
+        advance, detail = _cut_advance(before, after, has_notice(current))
+        out.append(Break(current.number, advance, detail))
+    return out
+
+
+def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[bool, str]:
+    """A cut advance drops messages and changes nothing else: what stays keeps its order, the
+    newest part of the previous window stays whole, and the only new messages are the notice
+    (with what travels in it) and the ones appended at the end."""
+    if not notice:
+        return False, "messages left the window but no paging notice took their place"
+    present = set(after)
+    gone = [i for i, m in enumerate(before) if m not in present]
+    newest_gone = gone[-1] if gone else -1
+    if before[newest_gone + 1:] and any(m not in present for m in before[newest_gone + 1:]):
+        return False, "a recent message left while an older one stayed"
+    kept = [m for m in before if m in present]
+    positions = [after.index(m) for m in kept]
+    if positions != sorted(positions):
+        return False, "the kept messages changed their order"
+    last = positions[-1] if positions else -1
+    known = set(before)
+    for index, message in enumerate(after[:last + 1]):
+        if message not in known and NOTICE not in message:
+            return False, (f"message {index} is neither the notice nor a message of the previous "
+                           f"window: {message[:160]}")
+    if not gone:
+        return False, "nothing left the window, yet the conversation changed"
+    return True, f"{len(gone)} of the previous window's {len(before)} messages left"
+
+
+def resident(exchange: Exchange) -> dict[str, set[str]]:
+    """The agent's standing input in one request: tool names and instruction texts."""
+    body = exchange.body or {}
+    if exchange.api == "anthropic":
+        tools = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
+        system = body.get("system")
+        texts = {b.get("text", "") for b in system if isinstance(b, dict)} \
+            if isinstance(system, list) else {system} if isinstance(system, str) else set()
+        texts = {t for t in texts if t and not t.startswith(BILLING)}
+        for message in body.get("messages") or ():
+            if message.get("role") == "system":
+                texts.add(_text_of(message.get("content")))
+        first = (body.get("messages") or [{}])[0]
+        texts |= {b.get("text") for b in first.get("content") or ()
+                  if isinstance(first.get("content"), list) and isinstance(b, dict)
+                  and str(b.get("text", "")).lstrip().startswith("<system-reminder>")}
+        return {"tools": tools, "instructions": texts}
+    texts = {body["instructions"]} if body.get("instructions") else set()
+    for item in body.get("input") or ():
+        role = item.get("role") if isinstance(item, dict) else None
+        text = _text_of(item.get("content")) if role else ""
+        if role in ("developer", "system") or text.lstrip().startswith("<environment_context>"):
+            texts.add(text)
+    return {"tools": validate.tool_names(body), "instructions": texts}
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or () if isinstance(b, dict))
+
+
+def lost_resident(exchanges: list[Exchange]) -> list[str]:
+    """Each later task request that lacks a tool or an instruction the first one had."""
+    if not exchanges:
+        return []
+    first = resident(exchanges[0])
+    problems = []
+    for exchange in exchanges[1:]:
+        now = resident(exchange)
+        for kind in ("tools", "instructions"):
+            gone = first[kind] - now[kind]
+            if gone:
+                sample = sorted(gone)[0].replace("\n", " ")[:80]
+                problems.append(f"request {exchange.number} lost {len(gone)} {kind} of the "
+                                f"first request, e.g. {sample!r}")
+    problems += [f"request {e.number} came with no shell tool the model could call"
+                 for e in exchanges if e.answer == "no-tools"]
+    return problems
+
+
+def completed(exchanges: list[Exchange]) -> bool:
+    return any(e.answer == "final" for e in exchanges)
+
+
+def sent_bytes(exchanges: list[Exchange]) -> int:
+    return sum(len(e.request.body) for e in exchanges)
