@@ -67,39 +67,57 @@ def cache_breaks(exchanges: list[Exchange]) -> list[Break]:
 
 def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[bool, str]:
     """A cut advance drops messages and changes nothing else: what stays keeps its order, the
-    newest part of the previous window stays whole, and the only new messages are the notice
-    (with what travels in it) and the ones appended at the end."""
+    newest part of the previous window (its last message at least) stays whole, and the only
+    new messages are the notice (with what travels in it) and the ones appended at the end. A
+    message that took the notice in (Anthropic puts it in the first kept user message) counts
+    as kept when nothing else about it changed."""
     if not notice:
         return False, "messages left the window but no paging notice took their place"
-    present = set(after)
-    gone = [i for i, m in enumerate(before) if m not in present]
-    newest_gone = gone[-1] if gone else -1
-    if before[newest_gone + 1:] and any(m not in present for m in before[newest_gone + 1:]):
-        return False, "a recent message left while an older one stayed"
-    kept = [m for m in before if m in present]
-    positions = [after.index(m) for m in kept]
-    if positions != sorted(positions):
-        return False, "the kept messages changed their order"
-    last = positions[-1] if positions else -1
-    known = set(before)
-    for index, message in enumerate(after[:last + 1]):
-        if message not in known and NOTICE not in message:
-            return False, (f"message {index} is neither the notice nor a message of the previous "
-                           f"window: {message[:160]}")
+    carriers = {_without_notice(m): i for i, m in enumerate(after) if NOTICE in m}
+    where = {m: i for i, m in reversed(list(enumerate(after)))}
+    place = [where.get(m, carriers.get(_without_notice(m))) for m in before]
+    gone = [i for i, p in enumerate(place) if p is None]
     if not gone:
         return False, "nothing left the window, yet the conversation changed"
+    if place[-1] is None:
+        return False, f"the previous request's last message changed or left: {before[-1][:160]}"
+    if any(p is None for p in place[gone[-1] + 1:]):
+        return False, "a recent message left while an older one stayed"
+    kept = [p for p in place if p is not None]
+    if kept != sorted(kept):
+        return False, "the kept messages changed their order"
+    known = set(kept)
+    for index in range(kept[-1] + 1):
+        if index not in known and NOTICE not in after[index]:
+            return False, (f"message {index} is neither the notice nor a message of the previous "
+                           f"window: {after[index][:160]}")
     return True, f"{len(gone)} of the previous window's {len(before)} messages left"
 
 
+def _without_notice(message: str) -> str:
+    """A message without the notice and the pinned context that travels with it."""
+    value = json.loads(message)
+    content = value.get("content") if isinstance(value, dict) else None
+    if isinstance(content, list):
+        value["content"] = [b for b in content if not (
+            isinstance(b, dict) and isinstance(b.get("text"), str)
+            and (NOTICE in b["text"] or b["text"].lstrip().startswith("<system-reminder>")))]
+    return json.dumps(value, sort_keys=True)
+
+
 def resident(exchange: Exchange) -> dict[str, set[str]]:
-    """The agent's standing input in one request: tool names and instruction texts."""
+    """The agent's standing input that travels inside the conversation array, where a proxy
+    could drop it: tools defined in ``additional_tools`` items, and instruction texts
+    (``system``/``developer`` messages, environment context, the ``<system-reminder>`` context
+    of Claude Code's first message; the top-level ``system`` and ``instructions`` too). The
+    top-level ``tools`` are the agent's own, forwarded as received: Claude Code drops its
+    ``WaitForMcpServers`` tool once its MCP servers are up."""
     body = exchange.body or {}
     if exchange.api == "anthropic":
-        tools = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         system = body.get("system")
         texts = {b.get("text", "") for b in system if isinstance(b, dict)} \
             if isinstance(system, list) else {system} if isinstance(system, str) else set()
-        texts = {t for t in texts if t and not t.startswith(BILLING)}
+        texts = {t for t in texts if not t.startswith(BILLING)}
         for message in body.get("messages") or ():
             if message.get("role") == "system":
                 texts.add(_text_of(message.get("content")))
@@ -107,14 +125,15 @@ def resident(exchange: Exchange) -> dict[str, set[str]]:
         texts |= {b.get("text") for b in first.get("content") or ()
                   if isinstance(first.get("content"), list) and isinstance(b, dict)
                   and str(b.get("text", "")).lstrip().startswith("<system-reminder>")}
-        return {"tools": tools, "instructions": texts}
+        return {"tools": set(), "instructions": {t for t in texts if t}}
     texts = {body["instructions"]} if body.get("instructions") else set()
     for item in body.get("input") or ():
         role = item.get("role") if isinstance(item, dict) else None
         text = _text_of(item.get("content")) if role else ""
         if role in ("developer", "system") or text.lstrip().startswith("<environment_context>"):
             texts.add(text)
-    return {"tools": validate.tool_names(body), "instructions": texts}
+    inside = {k: v for k, v in body.items() if k != "tools"}
+    return {"tools": validate.tool_names(inside), "instructions": {t for t in texts if t}}
 
 
 def _text_of(content: Any) -> str:
