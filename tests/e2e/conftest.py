@@ -2,16 +2,20 @@
 
 Tests marked ``real_agents`` run Claude Code, Codex and Pi from the cache that
 tests/e2e/install_agents.py fills. Where node or the pinned versions are missing they are
-skipped, and the run ends with one line saying why and how to install them. Each proxied run
+skipped, and the run ends with one line saying why and how to install them (unless
+``CONTEXT_PAGING_REQUIRE_AGENTS=1``, as in CI: then the run stops with that line). Each proxied run
 adds its summary line, printed at the end of the run.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.e2e import agents
 
+REQUIRE_ENV = "CONTEXT_PAGING_REQUIRE_AGENTS"  # set by .ci/run: missing agents fail the run
 SUMMARY: list[str] = []
 _WHY = agents.not_ready()
 _SKIP = f"real agents {_WHY}; install them with: python tests/e2e/install_agents.py"
@@ -20,6 +24,8 @@ _SKIP = f"real agents {_WHY}; install them with: python tests/e2e/install_agents
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_agents: runs the pinned Claude Code, Codex and Pi "
                             "(tests/e2e/install_agents.py); skipped where they are missing")
+    if _WHY is not None and os.environ.get(REQUIRE_ENV) == "1":
+        raise pytest.UsageError(f"{REQUIRE_ENV}=1 but the {_SKIP}")
 
 
 def pytest_collection_modifyitems(config, items):
