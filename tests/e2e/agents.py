@@ -79,11 +79,21 @@ AGENTS = [
 
 
 def base_environment(home: Path, data: Path) -> dict[str, str]:
-    """A clean environment: this PATH, the run's HOME and data home, fake keys, no proxies."""
+    """A clean environment: this PATH, the run's HOME and data home, fake keys, no proxies,
+    and Claude Code's switch for its telemetry and update checks."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
            "CONTEXT_PAGING_HOME": str(data), "TERM": "dumb", "NO_COLOR": "1",
-           "LANG": "C.UTF-8", "NO_PROXY": "127.0.0.1,localhost", **FAKE_KEYS}
+           "LANG": "C.UTF-8", "NO_PROXY": "127.0.0.1,localhost",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **FAKE_KEYS}
     return env
+
+
+def quiet_settings(home: Path) -> None:
+    """Codex's own update check and analytics off, before anything else writes its config."""
+    folder = home / ".codex"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.toml").write_text(
+        "check_for_update_on_startup = false\n\n[analytics]\nenabled = false\n")
 
 
 def point_directly(agent: Agent, home: Path, url: str, env: dict[str, str]) -> list[str]:

@@ -67,10 +67,11 @@ def cache_breaks(exchanges: list[Exchange]) -> list[Break]:
 
 def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[bool, str]:
     """A cut advance drops messages and changes nothing else: what stays keeps its order, the
-    newest part of the previous window (its last message at least) stays whole, and the only
-    new messages are the notice (with what travels in it) and the ones appended at the end. A
-    message that took the notice in (Anthropic puts it in the first kept user message) counts
-    as kept when nothing else about it changed."""
+    newest part of the previous window stays whole, and the only new messages are the notice
+    (with what travels in it) and the ones appended at the end, which name no tool call of the
+    previous window (one that does is that message changed). A message that took the notice in
+    (Anthropic puts it in the first kept user message) counts as kept when nothing else about
+    it changed."""
     if not notice:
         return False, "messages left the window but no paging notice took their place"
     carriers = {_without_notice(m): i for i, m in enumerate(after) if NOTICE in m}
@@ -79,19 +80,35 @@ def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[boo
     gone = [i for i, p in enumerate(place) if p is None]
     if not gone:
         return False, "nothing left the window, yet the conversation changed"
-    if place[-1] is None:
-        return False, f"the previous request's last message changed or left: {before[-1][:160]}"
     if any(p is None for p in place[gone[-1] + 1:]):
         return False, "a recent message left while an older one stayed"
     kept = [p for p in place if p is not None]
     if kept != sorted(kept):
         return False, "the kept messages changed their order"
     known = set(kept)
-    for index in range(kept[-1] + 1):
+    for index in range(kept[-1] + 1 if kept else 0):
         if index not in known and NOTICE not in after[index]:
             return False, (f"message {index} is neither the notice nor a message of the previous "
                            f"window: {after[index][:160]}")
+    old_ids = set().union(*(_call_ids(m) for m in before))
+    for index in range(kept[-1] + 1 if kept else 0, len(after)):
+        reused = _call_ids(after[index]) & old_ids if index not in known else set()
+        if reused:
+            return False, (f"message {index} changed: it holds tool call {sorted(reused)[0]!r} "
+                           "of the previous request with other bytes")
     return True, f"{len(gone)} of the previous window's {len(before)} messages left"
+
+
+def _call_ids(message: str) -> set[str]:
+    """The tool call ids a message makes or answers (Anthropic and Responses)."""
+    value = json.loads(message)
+    found = {value.get("call_id")} if isinstance(value, dict) else set()
+    content = value.get("content") if isinstance(value, dict) else None
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, dict):
+            found |= {block.get("id") if block.get("type") == "tool_use" else None,
+                      block.get("tool_use_id")}
+    return {i for i in found if isinstance(i, str)}
 
 
 def _without_notice(message: str) -> str:
@@ -158,6 +175,22 @@ def lost_resident(exchanges: list[Exchange]) -> list[str]:
                                 f"first request, e.g. {sample!r}")
     problems += [f"request {e.number} came with no shell tool the model could call"
                  for e in exchanges if e.answer == "no-tools"]
+    return problems
+
+
+def repeated_context(exchanges: list[Exchange]) -> list[str]:
+    """Each task request that sends a ``<system-reminder>`` block (Claude Code's pinned project
+    context) more than once."""
+    problems = []
+    for exchange in exchanges:
+        blocks = [b.get("text") for m in (exchange.body or {}).get("messages") or ()
+                  if isinstance(m.get("content"), list) for b in m["content"]
+                  if isinstance(b, dict) and str(b.get("text", "")).lstrip()
+                  .startswith("<system-reminder>")]
+        twice = sorted({b for b in blocks if blocks.count(b) > 1})
+        if twice:
+            problems.append(f"request {exchange.number} sends {len(twice)} pinned context "
+                            f"blocks twice, e.g. {twice[0][:60]!r}")
     return problems
 
 

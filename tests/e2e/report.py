@@ -93,7 +93,7 @@ def _common(run: runs.Run, exchanges: list) -> Outcome:
                                 "configured provider, not through the proxy")
     lost = checks.lost_resident(exchanges)
     outcome.lost = len(lost)
-    outcome.problems += lost
+    outcome.problems += lost + checks.repeated_context(exchanges)
     outcome.paged = len(checks.paged(exchanges))
     outcome.bytes_sent = checks.sent_bytes(exchanges)
     return outcome

@@ -49,6 +49,7 @@ def prepare(root: Path, agent: agents.Agent) -> tuple[Path, Path, Path]:
     for folder in (home, data, work):
         folder.mkdir(parents=True)
     task.write_files(work)
+    agents.quiet_settings(home)
     (data / "config.toml").write_text(f"[paging]\ntoken_budget = {agent.budget}\n")
     return home, data, work
 

@@ -258,10 +258,27 @@ def test_appending_is_no_break_but_a_changed_or_unannounced_drop_is_one():
                                                    exchange(2, changed)])] == [
         "messages left the window but no paging notice took their place"]
     changed_paged = [user(text(NOTICE)), TURNS[3], user(result("t2", "edited"))]
-    assert [b.detail[:42] for b in checks.cache_breaks([exchange(1, TURNS),
-                                                        exchange(2, changed_paged)])] == [
-        "the previous request's last message change"]
+    assert [b.detail for b in checks.cache_breaks([exchange(1, TURNS),
+                                                   exchange(2, changed_paged)])] == [
+        "message 2 changed: it holds tool call 't2' of the previous request with other bytes"]
     assert not checks.cache_breaks([exchange(1, TURNS), exchange(2, dropped)])[0].cut_advance
+
+
+def test_a_cut_past_the_previous_last_message_is_still_a_cut_advance():
+    paged = [user(text(NOTICE), text(task.PROMPT)),
+             {"role": "assistant", "content": [call("t3")]}, user(result("t3"))]
+    breaks = checks.cache_breaks([exchange(1, TURNS), exchange(2, paged)])
+    assert [(b.cut_advance, b.detail) for b in breaks] == [
+        (True, "4 of the previous window's 5 messages left")]
+
+
+def test_pinned_context_sent_twice_is_reported():
+    reminder = text("<system-reminder>\nCLAUDE.md says hi")
+    once = exchange(1, [user(reminder, text(task.PROMPT)), *TURNS[1:]])
+    twice = exchange(2, [user(text(NOTICE), reminder, reminder, text(task.PROMPT))])
+    assert checks.repeated_context([once, twice]) == [
+        "request 2 sends 1 pinned context blocks twice, e.g. '<system-reminder>\\nCLAUDE.md "
+        "says hi'"]
 
 
 def test_a_request_that_lost_a_system_message_of_its_conversation_is_reported():
