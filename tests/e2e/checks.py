@@ -159,23 +159,24 @@ def _text_of(content: Any) -> str:
     return "".join(b.get("text", "") for b in content or () if isinstance(b, dict))
 
 
-def lost_resident(exchanges: list[Exchange]) -> list[str]:
-    """Each later task request that lacks a tool or an instruction the first one had."""
-    if not exchanges:
-        return []
-    first = resident(exchanges[0])
-    problems = []
-    for exchange in exchanges[1:]:
+def lost_resident(exchanges: list[Exchange]) -> dict[int, list[str]]:
+    """Per task request: the tools and instructions of the first request it lacks, and
+    whether it came without a shell tool the model could call."""
+    lost: dict[int, list[str]] = {}
+    first = resident(exchanges[0]) if exchanges else {}
+    for exchange in exchanges:
         now = resident(exchange)
         for kind in ("tools", "instructions"):
             gone = first[kind] - now[kind]
             if gone:
                 sample = sorted(gone)[0].replace("\n", " ")[:80]
-                problems.append(f"request {exchange.number} lost {len(gone)} {kind} of the "
-                                f"first request, e.g. {sample!r}")
-    problems += [f"request {e.number} came with no shell tool the model could call"
-                 for e in exchanges if e.answer == "no-tools"]
-    return problems
+                lost.setdefault(exchange.number, []).append(
+                    f"request {exchange.number} lost {len(gone)} {kind} of the first request, "
+                    f"e.g. {sample!r}")
+        if exchange.answer == "no-tools":
+            lost.setdefault(exchange.number, []).append(
+                f"request {exchange.number} came with no shell tool the model could call")
+    return lost
 
 
 def repeated_context(exchanges: list[Exchange]) -> list[str]:

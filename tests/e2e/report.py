@@ -35,7 +35,7 @@ class Outcome:
                  else "n/a")
         return (f"{self.label}: complete {'yes' if self.complete else 'NO'}, paged "
                 f"{self.paged}/{self.requests} requests, invalid requests {self.invalid}, "
-                f"lost tools {self.lost}, ledgers per session {self.ledgers}, cut advances "
+                f"requests that lost tools or instructions {self.lost}, ledgers per session {self.ledgers}, cut advances "
                 f"{self.cuts}, evicted markers found: {self.found}, bytes vs direct {ratio}")
 
 
@@ -93,7 +93,8 @@ def _common(run: runs.Run, exchanges: list) -> Outcome:
                                 "configured provider, not through the proxy")
     lost = checks.lost_resident(exchanges)
     outcome.lost = len(lost)
-    outcome.problems += lost + checks.repeated_context(exchanges)
+    outcome.problems += [p for problems in lost.values() for p in problems]
+    outcome.problems += checks.repeated_context(exchanges)
     outcome.paged = len(checks.paged(exchanges))
     outcome.bytes_sent = checks.sent_bytes(exchanges)
     return outcome

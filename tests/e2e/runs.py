@@ -118,8 +118,8 @@ def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: P
     proxy = subprocess.Popen([*CLI, "proxy", "--port", str(port), "--upstream-anthropic", url,
                               "--upstream-openai", url], env=env, cwd=work,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines, pump = _lines(proxy)
     try:
-        lines = _lines(proxy)
         started = _wait_for(lines, "context-paging proxy on", START_TIMEOUT)
         if started is None:
             proxy.kill()
@@ -136,9 +136,12 @@ def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: P
         except subprocess.TimeoutExpired:
             proxy.kill()
             proxy.wait(timeout=30)
+        pump.join(timeout=30)  # the pipe ends with the process
+        proxy.stderr.close()
 
 
-def _lines(process: subprocess.Popen) -> queue.Queue:
+def _lines(process: subprocess.Popen) -> tuple[queue.Queue, threading.Thread]:
+    """The process's stderr lines as they come (None at the end), read on a thread."""
     lines: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -146,8 +149,9 @@ def _lines(process: subprocess.Popen) -> queue.Queue:
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return lines, thread
 
 
 def _wait_for(lines: queue.Queue, needle: str, timeout: float) -> str | None:

@@ -173,8 +173,8 @@ def test_the_provider_refuses_an_invalid_request_with_400_and_its_reasons():
     body = messages_body([user(text(task.PROMPT)), {"role": "assistant",
                                                     "content": [call("t1")]}])
     client_error = None
-    with Served(provider) as fake:
-        client = anthropic.Anthropic(base_url=fake.url, api_key="k", max_retries=0)
+    with Served(provider) as fake, anthropic.Anthropic(base_url=fake.url, api_key="k",
+                                                       max_retries=0) as client:
         try:
             client.messages.create(**body)
         except anthropic.BadRequestError as exc:
@@ -190,8 +190,8 @@ def test_the_provider_streams_the_next_shell_call_to_the_anthropic_sdk():
     body = messages_body([user(text(task.PROMPT)), {"role": "assistant",
                                                     "content": [call("t1")]},
                           user(result("t1", task.step_file(1)))])
-    with Served(provider) as fake:
-        client = anthropic.Anthropic(base_url=fake.url, api_key="k", max_retries=0)
+    with Served(provider) as fake, anthropic.Anthropic(base_url=fake.url, api_key="k",
+                                                       max_retries=0) as client:
         with client.messages.stream(**body) as stream:
             message = stream.get_final_message()
     tool = [b for b in message.content if b.type == "tool_use"]
@@ -201,8 +201,8 @@ def test_the_provider_streams_the_next_shell_call_to_the_anthropic_sdk():
 
 def test_the_provider_streams_codex_a_reasoning_item_with_its_exec_call_then_the_answer():
     provider = ScriptedProvider()
-    with Served(provider) as fake:
-        client = openai.OpenAI(base_url=f"{fake.url}/v1", api_key="k", max_retries=0)
+    with Served(provider) as fake, openai.OpenAI(base_url=f"{fake.url}/v1", api_key="k",
+                                                 max_retries=0) as client:
         body = codex_default_body()
         body["input"][2]["content"][0]["text"] = task.PROMPT
         with client.responses.stream(**body) as stream:
@@ -219,11 +219,11 @@ def test_the_provider_streams_codex_a_reasoning_item_with_its_exec_call_then_the
 def test_a_task_request_without_a_shell_tool_is_answered_and_marked_as_lost_tools():
     provider = ScriptedProvider()
     body = messages_body([user(text(task.PROMPT))], tools=("Read",))
-    with Served(provider) as fake:
-        anthropic.Anthropic(base_url=fake.url, api_key="k").messages.create(**body)
+    with Served(provider) as fake, anthropic.Anthropic(base_url=fake.url, api_key="k") as client:
+        client.messages.create(**body)
     assert [e.answer for e in provider.exchanges] == ["no-tools"]
-    assert checks.lost_resident(provider.task_exchanges()) == [
-        "request 1 came with no shell tool the model could call"]
+    assert checks.lost_resident(provider.task_exchanges()) == {
+        1: ["request 1 came with no shell tool the model could call"]}
 
 
 # --- cache breaks and the standing input --------------------------------------------------------
@@ -285,8 +285,8 @@ def test_a_request_that_lost_a_system_message_of_its_conversation_is_reported():
     agent_types = {"role": "system", "content": "Available agent types"}
     first = exchange(1, [TURNS[0], agent_types, *TURNS[1:]], tools=("Bash", "WaitForMcpServers"))
     later = exchange(2, TURNS, tools=("Bash",))  # the agent's own tool list may shrink
-    assert checks.lost_resident([first, later]) == [
-        "request 2 lost 1 instructions of the first request, e.g. 'Available agent types'"]
+    assert checks.lost_resident([first, later]) == {
+        2: ["request 2 lost 1 instructions of the first request, e.g. 'Available agent types'"]}
 
 
 def test_a_codex_request_whose_tools_and_instructions_left_its_input_is_reported():
@@ -296,9 +296,9 @@ def test_a_codex_request_whose_tools_and_instructions_left_its_input_is_reported
                         "call", body)
     first = codex_default_body(REASONING, EXEC, EXEC_OUT)
     later = {**first, "input": first["input"][2:]}
-    assert checks.lost_resident([responses(1, first), responses(2, later)]) == [
+    assert checks.lost_resident([responses(1, first), responses(2, later)]) == {2: [
         "request 2 lost 1 tools of the first request, e.g. 'exec'",
-        "request 2 lost 1 instructions of the first request, e.g. 'You are Codex'"]
+        "request 2 lost 1 instructions of the first request, e.g. 'You are Codex'"]}
 
 
 # --- the install script -------------------------------------------------------------------------
