@@ -28,15 +28,17 @@ class Outcome:
     bytes_sent: int = 0
     bytes_direct: int = 0
     found: str = "not searched"
+    bypassed: int = 0
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         ratio = (f"{self.bytes_sent / self.bytes_direct:.0%}" if self.bytes_direct
                  else "n/a")
+        around = f", requests around the proxy {self.bypassed}" if self.bypassed else ""
         return (f"{self.label}: complete {'yes' if self.complete else 'NO'}, paged "
                 f"{self.paged}/{self.requests} requests, invalid requests {self.invalid}, "
                 f"requests that lost tools or instructions {self.lost}, ledgers per session {self.ledgers}, cut advances "
-                f"{self.cuts}, evicted markers found: {self.found}, bytes vs direct {ratio}")
+                f"{self.cuts}, evicted markers found: {self.found}, bytes vs direct {ratio}{around}")
 
 
 def judge_direct(run: runs.Run) -> Outcome:
@@ -88,6 +90,7 @@ def _common(run: runs.Run, exchanges: list) -> Outcome:
     invalid = run.provider.invalid()
     outcome.invalid = len(invalid)
     outcome.problems += [f"{e.where} refused: {'; '.join(e.problems)[:400]}" for e in invalid]
+    outcome.bypassed = run.provider.bypassed
     if run.provider.bypassed:
         outcome.problems.append(f"{run.provider.bypassed} requests went to the agent's "
                                 "configured provider, not through the proxy")
