@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.e2e import task, validate
+from tests.e2e import validate
 from tests.e2e.provider import Exchange
 
 NOTICE = "[Context paging notice"

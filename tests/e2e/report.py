@@ -3,7 +3,6 @@ every rule it broke, each named with the request it concerns."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import anyio
@@ -32,13 +31,14 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        ratio = (f"{self.bytes_sent / self.bytes_direct:.0%}" if self.bytes_direct
-                 else "n/a")
+        ratio = f"{self.bytes_sent / self.bytes_direct:.0%}" if self.bytes_direct else "n/a"
         around = f", requests around the proxy {self.bypassed}" if self.bypassed else ""
-        return (f"{self.label}: complete {'yes' if self.complete else 'NO'}, paged "
-                f"{self.paged}/{self.requests} requests, invalid requests {self.invalid}, "
-                f"requests that lost tools or instructions {self.lost}, ledgers per session {self.ledgers}, cut advances "
-                f"{self.cuts}, evicted markers found: {self.found}, bytes vs direct {ratio}{around}")
+        return (f"{self.label}: complete {'yes' if self.complete else 'NO'}, "
+                f"paged {self.paged}/{self.requests} requests, "
+                f"invalid requests {self.invalid}, "
+                f"requests that lost tools or instructions {self.lost}, "
+                f"ledgers per session {self.ledgers}, cut advances {self.cuts}, "
+                f"evicted markers found: {self.found}, bytes vs direct {ratio}{around}")
 
 
 def judge_direct(run: runs.Run) -> Outcome:
@@ -62,7 +62,8 @@ def judge_proxied(run: runs.Run, direct: runs.Run) -> Outcome:
     if not outcome.paged:
         outcome.problems.append(f"no request was paged (budget {run.agent.budget} tokens; the "
                                 "direct run sent up to "
-                                f"{_largest(direct) // 4:,} tokens' worth of characters)")
+                                f"{_largest(direct) // 4:,} tokens' worth of characters)"
+                                + _proxy_said(run))
     breaks = checks.cache_breaks(exchanges)
     outcome.cuts = sum(1 for b in breaks if b.cut_advance)
     outcome.problems += [f"request {b.number}: a cache break that is not a cut advance: "
@@ -103,6 +104,12 @@ def _common(run: runs.Run, exchanges: list) -> Outcome:
     return outcome
 
 
+def _proxy_said(run: runs.Run) -> str:
+    """The proxy's first log line about a request, with how many it wrote, if any."""
+    said = [line.strip() for line in run.stderr.splitlines() if "proxy: " in line]
+    return f"; the proxy logged {len(said)} lines like: {said[0][:240]}" if said else ""
+
+
 def _largest(run: runs.Run) -> int:
     return max((len(e.request.body) for e in run.provider.task_exchanges()), default=0)
 
@@ -133,7 +140,7 @@ def _search(run: runs.Run, outcome: Outcome) -> str:
 
 async def _search_mcp(run: runs.Run, marker: str) -> str | None:
     env = runs.environment_for(run)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "context_paging", "serve"],
+    params = StdioServerParameters(command=runs.CLI[0], args=[*runs.CLI[1:], "serve"],
                                    env=env, cwd=str(run.work))
     with open(run.data / "serve-stderr.txt", "w") as errlog, anyio.fail_after(SEARCH_TIMEOUT):
         async with Client(stdio_client(params, errlog=errlog)) as client:

@@ -11,10 +11,11 @@ import os
 import queue
 import socket
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from context_paging.server import clients
 
 from tests.e2e import agents, task
 from tests.e2e.provider import ScriptedProvider
@@ -22,7 +23,8 @@ from tests.fake_provider import Served
 
 RUN_TIMEOUT = 240.0  # one agent run of 18 steps; a hang fails the test, it never waits longer
 START_TIMEOUT = 60.0
-CLI = [sys.executable, "-m", "context_paging"]
+# the installed console script, as a user runs it (the same lookup install-proxy writes)
+CLI = [clients.server_command()[0], *clients.server_command()[1]]
 
 
 @dataclass
