@@ -15,10 +15,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from context_paging.paging.notice import HEADER
+
 from tests.e2e import validate
 from tests.e2e.provider import Exchange
 
-NOTICE = "[Context paging notice"
+# the notice's first line, as the proxy writes it (JSON-escaped: it is looked for in bodies)
+NOTICE = json.dumps(HEADER)[1:-1]
 FIRST_OUTPUT = b"E2E STEP 01 OF 18"
 BILLING = "x-anthropic-billing-header"
 
@@ -38,7 +41,9 @@ def conversation(exchange: Exchange) -> list[str]:
 
 
 def has_notice(exchange: Exchange) -> bool:
-    return any(NOTICE in m for m in conversation(exchange))
+    """Whether the request carries the paging notice anywhere (conversation, system or
+    instructions; nothing else in the task's requests quotes it)."""
+    return NOTICE.encode() in exchange.request.body or HEADER.encode() in exchange.request.body
 
 
 def paged(exchanges: list[Exchange]) -> list[int]:
@@ -118,7 +123,7 @@ def _without_notice(message: str) -> str:
     if isinstance(content, list):
         value["content"] = [b for b in content if not (
             isinstance(b, dict) and isinstance(b.get("text"), str)
-            and (NOTICE in b["text"] or b["text"].lstrip().startswith("<system-reminder>")))]
+            and (HEADER in b["text"] or b["text"].lstrip().startswith("<system-reminder>")))]
     return json.dumps(value, sort_keys=True)
 
 
@@ -180,9 +185,9 @@ def lost_resident(exchanges: list[Exchange]) -> dict[int, list[str]]:
 
 
 def repeated_context(exchanges: list[Exchange]) -> list[str]:
-    """Each task request that sends a ``<system-reminder>`` block (Claude Code's pinned project
-    context) more than once."""
-    problems = []
+    """The task requests that send a ``<system-reminder>`` block (Claude Code's pinned
+    project context) more than once, in one line."""
+    numbers, example = [], ""
     for exchange in exchanges:
         blocks = [b.get("text") for m in (exchange.body or {}).get("messages") or ()
                   if isinstance(m.get("content"), list) for b in m["content"]
@@ -190,9 +195,12 @@ def repeated_context(exchanges: list[Exchange]) -> list[str]:
                   .startswith("<system-reminder>")]
         twice = sorted({b for b in blocks if blocks.count(b) > 1})
         if twice:
-            problems.append(f"request {exchange.number} sends {len(twice)} pinned context "
-                            f"blocks twice, e.g. {twice[0][:60]!r}")
-    return problems
+            numbers.append(exchange.number)
+            example = example or f"{len(twice)} blocks, e.g. {twice[0][:60]!r}"
+    if not numbers:
+        return []
+    return [f"{len(numbers)} requests (from request {numbers[0]}) send pinned context twice: "
+            f"{example}"]
 
 
 def completed(exchanges: list[Exchange]) -> bool:

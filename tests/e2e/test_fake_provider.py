@@ -236,7 +236,7 @@ def exchange(number, messages, tools=("Bash",), system="You are an agent"):
                     True, task.done_steps(body), "call", body)
 
 
-NOTICE = "[Context paging notice — added by the paging server]\nEarlier messages left."
+NOTICE = f"{checks.HEADER}\nEarlier messages left."
 TURNS = [user(text(task.PROMPT)), {"role": "assistant", "content": [call("t1")]},
          user(result("t1", "one")), {"role": "assistant", "content": [call("t2")]},
          user(result("t2", "two"))]
@@ -276,9 +276,9 @@ def test_pinned_context_sent_twice_is_reported():
     reminder = text("<system-reminder>\nCLAUDE.md says hi")
     once = exchange(1, [user(reminder, text(task.PROMPT)), *TURNS[1:]])
     twice = exchange(2, [user(text(NOTICE), reminder, reminder, text(task.PROMPT))])
-    assert checks.repeated_context([once, twice]) == [
-        "request 2 sends 1 pinned context blocks twice, e.g. '<system-reminder>\\nCLAUDE.md "
-        "says hi'"]
+    assert checks.repeated_context([once, twice, twice]) == [
+        "2 requests (from request 2) send pinned context twice: 1 blocks, e.g. "
+        "'<system-reminder>\\nCLAUDE.md says hi'"]
 
 
 def test_a_request_that_lost_a_system_message_of_its_conversation_is_reported():
