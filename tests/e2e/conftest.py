@@ -18,14 +18,14 @@ from tests.e2e import agents
 REQUIRE_ENV = "CONTEXT_PAGING_REQUIRE_AGENTS"  # set by .ci/run: missing agents fail the run
 SUMMARY: list[str] = []
 _WHY = agents.not_ready()
-_SKIP = f"real agents {_WHY}; install them with: python tests/e2e/install_agents.py"
+_SKIP = f"real agents skipped: {_WHY}; install them with: python tests/e2e/install_agents.py"
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_agents: runs the pinned Claude Code, Codex and Pi "
                             "(tests/e2e/install_agents.py); skipped where they are missing")
     if _WHY is not None and os.environ.get(REQUIRE_ENV) == "1":
-        raise pytest.UsageError(f"{REQUIRE_ENV}=1 but the {_SKIP}")
+        raise pytest.UsageError(f"{REQUIRE_ENV}=1 (as in CI), but {_SKIP}")
 
 
 def pytest_collection_modifyitems(config, items):
