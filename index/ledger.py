@@ -60,6 +60,7 @@ from context_paging.index.history import HistoryItem, join_turns, project, store
 from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identity, open_inside
 from context_paging.index.model import Message
 from context_paging.index.overwrite import overwrite
+from context_paging.index.private import FILE_MODE, private_directory
 from context_paging.paging.distill import Decision
 from context_paging.paging.formats import detached
 from context_paging.paging.request import common_start
@@ -231,7 +232,7 @@ class LedgerSession:
         """Append the lines under the lock. Returns True when the file held exactly what this
         session had read before them, and moves the cursor past them: a 15 MB first append is
         then not read back and parsed again (the caller has the lines already)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_directory(self.path.parent)
         with open(self.path, "a+b", opener=_no_follow) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -486,7 +487,7 @@ def _chunks(lines: list[bytes]) -> Iterator[bytes]:
 
 def _no_follow(path: str, flags: int) -> int:
     """``open`` opener for files in the home: never write through a symlink planted there."""
-    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
 
 
 def _cut_partial_line(handle: Any, size: int) -> None:
@@ -574,7 +575,7 @@ class Ledger:
         return {}
 
     def save_state(self, ref: str, state: dict[str, Any]) -> None:
-        self.state_directory.mkdir(parents=True, exist_ok=True)
+        private_directory(self.state_directory)
         path = self.state_directory / f"{check_session_id(ref)}.json"
         # In place, not a rename over the old file (about 2 ms a call on ext4): index/overwrite.py
         overwrite(path, json.dumps(state, ensure_ascii=False).encode("utf-8"))

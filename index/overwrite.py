@@ -24,13 +24,15 @@ import os
 import stat
 from pathlib import Path
 
+from context_paging.index.private import FILE_MODE
+
 
 def overwrite(path: Path, data: bytes) -> None:
     """Replace ``path``'s content with ``data`` (see the module docstring). Never writes
     through a link planted at ``path``: a symlink or a second hard link to the file is
     replaced by a new file, by a rename, as before."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise
@@ -55,7 +57,8 @@ def overwrite(path: Path, data: bytes) -> None:
 
 def _replace(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),
+                 FILE_MODE)
     try:
         os.write(fd, data)
     finally:

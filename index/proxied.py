@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from context_paging.index.overwrite import overwrite
+from context_paging.index.private import private_directory
 
 if TYPE_CHECKING:  # loaded where used: doctor reads the tallies without the window
     from context_paging.index.stats import ProxyFigures
@@ -37,7 +38,7 @@ def proxy_directory(home: Path) -> Path:
 
 
 def _write(path: Path, value: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(path.parent)
     overwrite(path, json.dumps(value).encode())  # in place: no rename on every request
 
 

@@ -417,6 +417,24 @@ class SearchIndex:
                     writer.cancel()
         return results
 
+    def forget(self, session: str) -> int:
+        """Delete every document of ``session`` and rewrite the index without them (deleted
+        documents would otherwise stay in their segment files until a merge): the number of
+        documents removed."""
+        with self._write_lock:
+            writer = self._new_writer()
+            try:
+                removed = writer.delete_by_term("session", session)
+                if removed:
+                    writer.commit(optimize=True)
+                else:
+                    writer.cancel()
+            except BaseException:
+                if not writer.is_closed:
+                    writer.cancel()
+                raise
+        return removed
+
     def close(self) -> None:
         with self._read_lock:
             for reader in self._leaves.values():

@@ -5,7 +5,7 @@ What each agent gets (docs/agents.md, "Setting each agent up"):
 
 - **Claude Code**: ``~/.claude/settings.json`` → ``env.ANTHROPIC_BASE_URL`` (the proxy's origin,
   no ``/v1``) and ``env.DISABLE_AUTO_COMPACT = "1"``; the MCP server in ``~/.claude.json``
-  ``mcpServers`` (what ``claude mcp add --scope user`` writes).
+  ``mcpServers`` (what ``claude mcp add --scope user`` writes), the recovery tools.
 - **Codex**: ``~/.codex/config.toml`` → ``model_provider = "paging"`` and a
   ``[model_providers.paging]`` table (``base_url`` with ``/v1``, ``wire_api = "responses"``,
   ``env_key = "OPENAI_API_KEY"``), ``model_auto_compact_token_limit`` set very high (Codex has
@@ -15,9 +15,10 @@ What each agent gets (docs/agents.md, "Setting each agent up"):
   ``compaction.enabled = false``. Pi has no MCP client; the recovery commands are the CLI's.
   ``run -- pi`` uses a temporary agent directory instead (:func:`pi_run_directory`).
 
-Without ``--write`` the changes are printed. With it each file is rewritten atomically and the
-previous one kept as ``<file>.bak`` (undo: move it back). TOML is edited as text — only the lines
-and tables named above are replaced — and the result must parse before it is written.
+Without ``--write`` the changes are printed. With it each file is rewritten atomically, its
+original kept once for ``uninstall-proxy`` (server/undo.py). TOML is edited as text — only the
+lines and tables named above are replaced — and the result must parse before it is written.
+The MCP entry is the one ``install-config`` writes: user scope, the recovery tools.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import json
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from context_paging.server import clients
-from context_paging.server.endpoints import HEALTH_PATH
+from context_paging.server import clients, undo
 
 PROVIDER = "paging"
 CODEX_COMPACT_LIMIT = 1_000_000_000
@@ -41,9 +42,13 @@ def user_home(environ: dict[str, str] | None = None) -> Path:
     return Path(environ.get("HOME") or Path.home())
 
 
-def _mcp_entry() -> dict[str, Any]:
+def mcp_entry(client: str = "claude-code", server_home: str | None = None,
+              environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The MCP server entry install-proxy and install-config both write: the model's
+    recovery tools (the proxy, not the agent, calls select_context), home passed on."""
     command, prefix = clients.server_command()
-    return {"type": "stdio", "command": command, "args": [*prefix, "serve"]}
+    return clients.server_entry(client, command, prefix, server_home,
+                                os.environ if environ is None else environ, "recovery")
 
 
 def _load_json(path: Path) -> dict[str, Any]:
@@ -65,32 +70,61 @@ def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def planned_changes(client: str, port: int, home: Path) -> list[tuple[Path, str, str]]:
-    """(file, new text, what changes) for each file ``client`` reads."""
+@dataclass(frozen=True)
+class Change:
+    path: Path
+    text: str  # the file as install-proxy writes it
+    what: str
+    reverse: undo.Reverse  # uninstall-proxy's way back when the file changed since
+    warning: str | None = None  # said before the file is written
+
+
+def _json_change(path: Path, patch: dict[str, Any], what: str, *keys: tuple[str, ...]) -> Change:
+    return Change(path, _json(_merge(_load_json(path), patch)), what, undo.json_keys(*keys))
+
+
+def planned_changes(client: str, port: int, home: Path,
+                    server_home: str | None = None) -> list[Change]:
+    """What install-proxy writes for ``client``, file by file."""
     url = f"http://127.0.0.1:{port}"
     if client == "claude-code":
-        settings = home / ".claude" / "settings.json"
-        state = home / ".claude.json"
-        patch = {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}}
-        mcp = {"mcpServers": {clients.DEFAULT_NAME: _mcp_entry()}}
-        return [(settings, _json(_merge(_load_json(settings), patch)),
-                 f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1"),
-                (state, _json(_merge(_load_json(state), mcp)),
-                 f"mcpServers.{clients.DEFAULT_NAME} (the recovery tools)")]
+        name = clients.DEFAULT_NAME
+        return [_json_change(home / ".claude" / "settings.json",
+                             {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}},
+                             f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1",
+                             ("env", "ANTHROPIC_BASE_URL"), ("env", "DISABLE_AUTO_COMPACT")),
+                _json_change(home / ".claude.json",
+                             {"mcpServers": {name: mcp_entry(server_home=server_home)}},
+                             f"mcpServers.{name} (the recovery tools, for every project)",
+                             ("mcpServers", name))]
     if client == "codex":
         path = home / ".codex" / "config.toml"
         text = path.read_text(encoding="utf-8") if path.exists() else ""
-        return [(path, codex_config(text, f"{url}/v1"),
-                 f"model_provider = {PROVIDER} ({url}/v1); auto-compaction limit raised; "
-                 f"mcp_servers.{clients.DEFAULT_NAME}")]
+        return [Change(path, codex_config(text, f"{url}/v1", server_home),
+                       f"model_provider = {PROVIDER} ({url}/v1); auto-compaction limit raised; "
+                       f"mcp_servers.{clients.DEFAULT_NAME} (the recovery tools)",
+                       codex_reverse, _provider_warning(text))]
     if client == "pi":
-        models = home / ".pi" / "agent" / "models.json"
-        settings = home / ".pi" / "agent" / "settings.json"
-        return [(models, _json(_merge(_load_json(models), pi_providers(url))),
-                 "providers.anthropic/openai.baseUrl → the proxy"),
-                (settings, _json(_merge(_load_json(settings), {"compaction": {"enabled": False}})),
-                 "compaction.enabled = false")]
+        agent = home / ".pi" / "agent"
+        return [_json_change(agent / "models.json", pi_providers(url),
+                             "providers.anthropic/openai.baseUrl → the proxy",
+                             ("providers", "anthropic", "baseUrl"),
+                             ("providers", "openai", "baseUrl")),
+                _json_change(agent / "settings.json", {"compaction": {"enabled": False}},
+                             "compaction.enabled = false", ("compaction", "enabled"))]
     raise clients.InstallError(f"unknown client {client!r}")
+
+
+def _provider_warning(text: str) -> str | None:
+    try:
+        current = tomllib.loads(text).get("model_provider") if text.strip() else None
+    except tomllib.TOMLDecodeError:
+        return None  # codex_config refuses it with the parser's message
+    if current in (None, PROVIDER):
+        return None
+    return (f"Codex's model_provider is {current!r}; install-proxy replaces it with "
+            f"{PROVIDER!r}, which sends requests to OpenAI's API through the proxy "
+            f"(uninstall-proxy puts {current!r} back)")
 
 
 def pi_providers(url: str) -> dict[str, Any]:
@@ -143,70 +177,79 @@ def _set_table(text: str, name: str, body: str) -> str:
     return text.rstrip("\n") + ("\n\n" if text.strip() else "") + table
 
 
-def codex_config(text: str, base_url: str) -> str:
+def codex_config(text: str, base_url: str, server_home: str | None = None) -> str:
     """Codex's config.toml with the proxy as its model provider and the MCP server added."""
-    entry = _mcp_entry()
     text = _set_top_level(text, "model_provider", f"model_provider = {_toml_string(PROVIDER)}")
     text = _set_top_level(text, "model_auto_compact_token_limit",
                           f"model_auto_compact_token_limit = {CODEX_COMPACT_LIMIT}")
     text = _set_table(text, f"model_providers.{PROVIDER}", "\n".join([
         'name = "context-paging proxy"', f"base_url = {_toml_string(base_url)}",
         'env_key = "OPENAI_API_KEY"', 'wire_api = "responses"']))
+    return codex_mcp(text, mcp_entry("codex", server_home))
+
+
+def codex_mcp(text: str, entry: dict[str, Any]) -> str:
+    """Codex's config.toml with the ``[mcp_servers.context-paging]`` table set to ``entry``."""
     args = ", ".join(_toml_string(a) for a in entry["args"])
-    text = _set_table(text, f"mcp_servers.{clients.DEFAULT_NAME}",
-                      f"command = {_toml_string(entry['command'])}\nargs = [{args}]")
+    body = f"command = {_toml_string(entry['command'])}\nargs = [{args}]"
+    if entry.get("env"):
+        pairs = ", ".join(f"{_toml_string(k)} = {_toml_string(v)}"
+                          for k, v in entry["env"].items())
+        body += f"\nenv = {{ {pairs} }}"
+    text = _set_table(text, f"mcp_servers.{clients.DEFAULT_NAME}", body)
     tomllib.loads(text)  # never write a file Codex cannot read
     return text
 
 
-# --- doctor -------------------------------------------------------------------------------------
+def _table_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^\[{re.escape(name)}\]\s*$.*?(?=^\s*\[|\Z)", re.M | re.S)
 
 
-def _points_at(port: int, home: Path, environ: dict[str, str]) -> list[str]:
-    """Which agent settings name the proxy's port."""
-    needle = f":{port}"
-    found = []
-    if needle in environ.get("ANTHROPIC_BASE_URL", ""):
-        found.append("ANTHROPIC_BASE_URL in this shell")
-    files = {"Claude Code": home / ".claude" / "settings.json",
-             "Codex": home / ".codex" / "config.toml",
-             "Pi": home / ".pi" / "agent" / "models.json"}
-    for agent, path in files.items():
-        try:
-            if needle in path.read_text(encoding="utf-8"):
-                found.append(f"{agent} ({path})")
-        except OSError:
-            continue
-    return found
+def _top_level_pattern(key: str) -> re.Pattern[str]:
+    return re.compile(rf"^\s*{re.escape(key)}\s*=.*$\n?", re.M)
 
 
-def _health(port: int) -> bool:
-    """Whether our proxy answers its health path on ``port`` (the standard library's client:
-    doctor starts without loading an HTTP stack)."""
-    import http.client
+def codex_reverse(current: str, original: str | None) -> str | None:
+    """Codex's config.toml without install-proxy's lines and tables: each put back as the
+    original had it, or removed."""
+    before = original or ""
+    header = re.search(r"^\s*\[", before, re.M)
+    top = before[:header.start()] if header else before
+    text = current
+    for key in ("model_provider", "model_auto_compact_token_limit"):
+        line = _top_level_pattern(key).search(top)
+        if line:
+            text = _set_top_level(text, key, line.group(0).rstrip("\n"))
+        else:
+            split = re.search(r"^\s*\[", text, re.M)
+            head, rest = (text[:split.start()], text[split.start():]) if split else (text, "")
+            text = _top_level_pattern(key).sub("", head, count=1) + rest
+    for name in (f"model_providers.{PROVIDER}", f"mcp_servers.{clients.DEFAULT_NAME}"):
+        table = _table_pattern(name).search(before)
+        found = _table_pattern(name).search(text)
+        if found:
+            text = text[:found.start()] + (table.group(0) if table else "") + text[found.end():]
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    tomllib.loads(text)
+    return None if original is None and not text.strip() else text
 
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=3.0)
-    try:
-        connection.request("GET", HEALTH_PATH)
-        reply = connection.getresponse()
-        body = json.loads(reply.read()) if reply.status == 200 else None
-    except (OSError, http.client.HTTPException, ValueError):
-        return False
-    finally:
-        connection.close()
-    return isinstance(body, dict) and body.get("service") == "context-paging proxy"
+
+# --- doctor (its set-up checks: server/setup_checks.py) ----------------------------------------
 
 
-def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str]) -> tuple[bool, str]:
+def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
+           cwd: Path | None = None) -> tuple[bool, str]:
     from context_paging.index.proxied import conversation_stats, last_proxied
+    from context_paging.server import setup_checks
 
-    lines = []
-    up = _health(port)
-    lines.append(f"proxy on port {port}: " + ("up" if up else
-                 f"not answering — start it with: context-paging proxy --port {port}"))
-    agents = _points_at(port, home, environ)
+    up, health = setup_checks.proxy_health(port)
+    lines = [health]
+    urls, agents = setup_checks.base_url_lines(port, home, environ)
     lines.append("agents pointing at it: " + (", ".join(agents) if agents else
                  "none — run: context-paging install-proxy --client claude-code|codex|pi"))
+    if urls:
+        lines += ["model API base URLs:", *urls]
+    lines += ["MCP server registered:", *setup_checks.registrations(home, cwd or Path.cwd())]
     last = last_proxied(data_home)
     tally = conversation_stats(data_home, last) if last else None
     if tally:

@@ -17,7 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from context_paging.server import clients, terminal_cli
+from context_paging.index import private
+from context_paging.server import clients, forget_cli, terminal_cli
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
 from context_paging.server.progress import add_quiet, progress_for
@@ -303,7 +304,8 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
 
     from context_paging.server.proxy_cli import add_commands as add_proxy_commands
 
-    add_proxy_commands(commands)  # proxy, run, doctor, install-proxy
+    add_proxy_commands(commands)  # proxy, run, doctor, install-proxy, uninstall-proxy
+    forget_cli.add_command(commands)
     from context_paging.server import cli_help
 
     return cli_help.finish(parser) if grouped_help else cli_help.describe(parser)
@@ -330,6 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="context-paging: %(message)s",
     )
     settings = load_settings(home=args.home, overrides=_overrides(args.set))
+    private.restrict_umask()  # the home's files are the user's alone (index/private.py)
+    private.secure_home(settings.home)
     run: Command = args.run
     try:
         return run(args, settings)

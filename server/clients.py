@@ -8,8 +8,10 @@ shapes, as each client documents them:
 - Claude Desktop: ``claude_desktop_config.json`` → ``{"mcpServers": {name: {command, args}}}``,
   in ``~/Library/Application Support/Claude`` (macOS), ``%APPDATA%\\Claude`` (Windows) or
   ``~/.config/Claude`` (Linux builds);
-- Claude Code: the project's ``.mcp.json`` → ``{"mcpServers": {name: {"type": "stdio", …}}}``,
-  or ``claude mcp add <name> -- <command> <args…>``;
+- Claude Code: ``~/.claude.json`` → ``{"mcpServers": {name: {"type": "stdio", …}}}`` (user
+  scope, what ``claude mcp add --scope user`` writes and install-proxy registers; ``--config
+  .mcp.json`` for one project);
+- Codex: ``~/.codex/config.toml`` → a ``[mcp_servers.<name>]`` table (``command``, ``args``);
 - Cursor: ``~/.cursor/mcp.json`` (or a project's ``.cursor/mcp.json``) → ``{"mcpServers": …}``;
 - VS Code: the workspace's ``.vscode/mcp.json`` → ``{"servers": {name: {"type": "stdio", …}}}``.
 
@@ -51,7 +53,8 @@ class ClientSpec:
 
 CLIENTS: dict[str, ClientSpec] = {
     "claude-desktop": ClientSpec("Claude Desktop", "mcpServers", False, "per user"),
-    "claude-code": ClientSpec("Claude Code", "mcpServers", True, "this project"),
+    "claude-code": ClientSpec("Claude Code", "mcpServers", True, "per user, every project"),
+    "codex": ClientSpec("Codex", "mcp_servers", False, "per user"),
     "cursor": ClientSpec("Cursor", "mcpServers", False, "per user"),
     "vscode": ClientSpec("VS Code", "servers", True, "this workspace"),
 }
@@ -72,8 +75,10 @@ def default_path(
     platform = platform or sys.platform
     environ = os.environ if environ is None else environ
     home = Path(environ.get("HOME") or Path.home())
-    if client == "claude-code":
-        return cwd / ".mcp.json"
+    if client == "claude-code":  # user scope, as install-proxy registers it
+        return home / ".claude.json"
+    if client == "codex":
+        return Path(environ.get("CODEX_HOME") or home / ".codex") / "config.toml"
     if client == "vscode":
         return cwd / ".vscode" / "mcp.json"
     if client == "cursor":
@@ -141,7 +146,7 @@ def config_document(client: str, name: str, entry: dict[str, Any]) -> dict[str, 
 
 def claude_mcp_add(name: str, entry: dict[str, Any]) -> str:
     """The equivalent ``claude mcp add`` command line (options go before the name)."""
-    words = ["claude", "mcp", "add", "--transport", "stdio"]
+    words = ["claude", "mcp", "add", "--scope", "user", "--transport", "stdio"]
     for key, value in entry.get("env", {}).items():
         words += ["--env", f"{key}={value}"]
     words += [name, "--", entry["command"], *entry["args"]]
@@ -185,8 +190,28 @@ def merge_into(path: Path, key: str, name: str, entry: dict[str, Any]) -> bool:
     return True
 
 
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, keeping the previous file as ``<path>.bak``."""
+def _merge_codex(path: Path, name: str, entry: dict[str, Any]) -> bool:
+    """``merge_into`` for Codex's TOML: only the ``[mcp_servers.<name>]`` table is set."""
+    import tomllib
+
+    from context_paging.server.agents import codex_mcp
+
+    if name != DEFAULT_NAME:
+        raise InstallError(f"Codex's table is named {DEFAULT_NAME!r}; --name is not supported")
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        new = codex_mcp(text, entry)
+    except tomllib.TOMLDecodeError as exc:
+        raise InstallError(f"{path} is not valid TOML ({exc}); nothing was written") from None
+    if new == text:
+        return False
+    _replace(path, new)
+    return True
+
+
+def _replace(path: Path, text: str, backup: bool = True) -> None:
+    """Write ``text`` to ``path`` atomically, keeping the previous file as ``<path>.bak``
+    (``backup=False``: install-proxy keeps the original once instead, server/undo.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = tempfile.NamedTemporaryFile(
         "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
@@ -199,7 +224,8 @@ def _replace(path: Path, text: str) -> None:
             os.fsync(handle.fileno())
         if path.exists():
             shutil.copymode(path, handle.name)
-            shutil.copy2(path, path.with_name(path.name + ".bak"))
+            if backup:
+                shutil.copy2(path, path.with_name(path.name + ".bak"))
         os.replace(handle.name, path)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
@@ -240,7 +266,13 @@ def run(
                          getattr(args, "tools", "recovery"))
     path = args.config or default_path(args.client)
     if not args.write:
-        emit(json.dumps(config_document(args.client, name, entry), indent=2, ensure_ascii=False))
+        if args.client == "codex":
+            from context_paging.server.agents import codex_mcp
+
+            emit(codex_mcp("", entry).strip())
+        else:
+            emit(json.dumps(config_document(args.client, name, entry), indent=2,
+                            ensure_ascii=False))
         sys.stdout.flush()  # the hint below goes to stderr; keep the two in order on a terminal
         hint = f"# {client.title} reads this from {path} ({client.scope}); rerun with --write"
         print(hint + " to merge it there.", file=sys.stderr)
@@ -248,7 +280,10 @@ def run(
             print(f"# Or let Claude Code add it: {claude_mcp_add(name, entry)}", file=sys.stderr)
         return 0
     try:
-        changed = merge_into(path, client.key, name, entry)
+        if args.client == "codex":
+            changed = _merge_codex(path, name, entry)
+        else:
+            changed = merge_into(path, client.key, name, entry)
     except InstallError as exc:
         print(f"context-paging: {exc}", file=sys.stderr)
         return 2

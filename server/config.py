@@ -95,6 +95,11 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         # stdio on the benchmark workload, bench/stdio_trace.py).
         "select_context_text": ("json", _choice("json", "summary")),
     },
+    "ledger": {
+        # Ledger sessions not written for this many days are deleted when a server or proxy
+        # starts, and by ``context-paging forget --expired`` (unset: kept until forgotten).
+        "keep_days": (None, _optional_positive_int),
+    },
     "sources": {
         "pi": ("~/.pi/agent/sessions", _directory),
         "claude_code": ("~/.claude/projects", _directory),

@@ -407,6 +407,9 @@ def make_history(settings: Settings, distill: DistillConfig | None = None) -> Hi
                               trim_to_tokens=paging["trim_to_tokens"],
                               first_cut=paging["first_cut"],
                               estimator=paging["estimator"], distill=distill)
+    from context_paging.server.forget_cli import apply_retention
+
+    apply_retention(settings)  # [ledger] keep_days
     return History(settings.roots, settings.home, context, text_counter)
 
 

@@ -226,10 +226,9 @@ class Proxy:
     async def _forward(self, request: Request, body: bytes,
                        tap: tuple[str, wire.Api] | None = None) -> Response:
         base = self.upstreams.for_request(request.url.path, request.headers)
-        url = base + request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        headers = [(k, v) for k, v in request.headers.raw if k.lower() not in _HOP]
-        upstream = self.client.build_request(request.method, url, headers=headers, content=body)
-        try:
+        upstream = httpx.Request(request.method, base + _target(request.scope),
+                                 headers=_forwarded_headers(request.headers.raw), content=body)
+        try:  # sent as built: no client defaults (Accept, Accept-Encoding, User-Agent) added
             reply = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
             log.warning("proxy: upstream %s unreachable: %s", base, type(exc).__name__)
@@ -238,7 +237,7 @@ class Proxy:
                     "type": "api_error", "message": f"context-paging proxy could not reach "
                     f"{base}: {type(exc).__name__}"}}).encode(),
                 status_code=502, media_type="application/json")
-        chunks = reply.aiter_raw()
+        chunks = _relayed(reply.aiter_raw(), base)
         if tap is not None and reply.status_code == 200 and not reply.headers.get(
                 "content-encoding"):
             streaming = reply.headers.get("content-type", "").startswith("text/event-stream")
@@ -265,6 +264,38 @@ class Proxy:
             self._usage[session] = usage
             while len(self._usage) > PREVIOUS_BODIES:
                 self._usage.popitem(last=False)
+
+
+def _target(scope: Scope) -> str:
+    """The request target as the agent sent it: the raw path (``%2F`` stays ``%2F``) and the
+    raw query string. A target that does not start with ``/`` (``@evil.example/x``, an absolute
+    URL) gets one, so what follows the provider's origin can never name another host."""
+    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    if not path.startswith("/"):
+        path = "/" + path
+    query = scope.get("query_string") or b""
+    return path + ("?" + query.decode("latin-1") if query else "")
+
+
+def _forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Every header as received, in order, duplicates kept; only hop-by-hop ones (and the
+    length, which the client recomputes for a paged body) stop here."""
+    return [(k, v) for k, v in raw if k.lower() not in _HOP]
+
+
+class UpstreamBroken(Exception):
+    """The provider's reply ended mid-body; logged once here, so the server only drops the
+    agent's connection (server/connections.py keeps the server's traceback out of the log)."""
+
+
+async def _relayed(chunks: Any, base: str) -> Any:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except httpx.HTTPError as exc:
+        log.warning("proxy: %s broke off its reply mid-stream (%s); the agent's connection is "
+                    "closed", base, type(exc).__name__)
+        raise UpstreamBroken(type(exc).__name__) from None
 
 
 def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from context_paging.index import private
+from context_paging.server import agents, clients, service, undo
 from context_paging.server.config import Settings
 from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:  # the HTTP stack loads only for the commands that serve
     from context_paging.server.proxy import Proxy
 
 DEFAULT_PORT = 8787
+CLIENTS = ("claude-code", "codex", "pi")
 
 
 def add_commands(commands: Any) -> None:
@@ -52,9 +55,14 @@ def add_commands(commands: Any) -> None:
     doctor.set_defaults(run=cmd_doctor)
 
     install = commands.add_parser("install-proxy", help="print (or --write) the settings that "
-                                  "point an agent at the proxy")
+                                  "point an agent at the proxy, and optionally a user service")
     install_arguments(install)
     install.set_defaults(run=cmd_install)
+
+    uninstall = commands.add_parser("uninstall-proxy", help="take back what install-proxy "
+                                    "--write changed: each file's original, byte for byte")
+    uninstall_arguments(uninstall)
+    uninstall.set_defaults(run=cmd_uninstall)
 
 
 def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,21 +96,33 @@ class _Quiet(logging.Filter):
                     or text.startswith("No supported WebSocket library"))
 
 
-def _server(app: Proxy, sock: socket.socket):
+def _server(app: Proxy, sock: socket.socket, host: str = "127.0.0.1",
+            header_timeout: float | None = None, body_idle: float | None = None):
     import uvicorn
+    from context_paging.server import connections, guard
 
+    header_timeout = connections.HEADER_TIMEOUT if header_timeout is None else header_timeout
+    body_idle = connections.BODY_IDLE_TIMEOUT if body_idle is None else body_idle
     quiet = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _Quiet) for f in quiet.filters):
         quiet.addFilter(_Quiet())
-
-    # Our own logging (stderr); no Server/Date headers added to the provider's reply.
-    config = uvicorn.Config(app, lifespan="on", log_config=None, access_log=False,
-                            server_header=False, date_header=False, log_level="warning",
-                            timeout_graceful_shutdown=5)
+    connections.quiet_upstream_breaks()
+    # Our own logging (stderr); no Server/Date headers added to the provider's reply. Every
+    # request passes the guard first (server/guard.py); connections have a header deadline, an
+    # idle timeout and a limit (server/connections.py).
+    config = uvicorn.Config(guard.Guard(app, [host]), lifespan="on", log_config=None,
+                            access_log=False, server_header=False, date_header=False,
+                            log_level="warning", timeout_graceful_shutdown=5,
+                            http=connections.deadline_protocol(header_timeout, body_idle),
+                            timeout_keep_alive=connections.KEEP_ALIVE_TIMEOUT,
+                            limit_concurrency=connections.CONCURRENCY_LIMIT,
+                            backlog=connections.BACKLOG)
     return uvicorn.Server(config)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, ready: bool = True) -> socket.socket:
+    """A socket bound to ``host:port``; listening at once, or (``ready=False``) only after
+    :func:`open_for_requests`, so nothing connects before the proxy can answer."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -110,23 +130,31 @@ def listen(host: str, port: int) -> socket.socket:
     # client's delayed ACK (about 40 ms a request on Linux loopback, measured).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
-    sock.listen(128)
+    if ready:
+        open_for_requests(sock)
     return sock
 
 
+def open_for_requests(sock: socket.socket) -> None:
+    from context_paging.server.connections import BACKLOG
+
+    sock.listen(BACKLOG)
+
+
 def cmd_proxy(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        sock = listen(args.host, args.port)
+    try:  # bound first, so a port in use is reported before the seconds of loading
+        sock = listen(args.host, args.port, ready=False)
     except OSError as exc:
         print(f"context-paging: cannot listen on {args.host}:{args.port} ({exc.strerror}); "
               "is a proxy already running? Pick another --port", file=sys.stderr)
         return 2
     app, history = make_app(settings, args)
+    open_for_requests(sock)  # only now: until here a connection is refused, not left waiting
     print(f"context-paging proxy on http://{args.host}:{args.port} → Anthropic "
           f"{args.upstream_anthropic}, OpenAI {args.upstream_openai} (Ctrl-C stops)",
           file=sys.stderr)
     try:
-        _server(app, sock).run(sockets=[sock])
+        _server(app, sock, args.host).run(sockets=[sock])
     finally:
         history.close()
         sock.close()
@@ -145,8 +173,6 @@ def child_environment(program: str, url: str, environ: dict[str, str],
         # built-in provider and keeps its login (docs/agents.md).
         extra = ["-c", f'openai_base_url="{url}/v1"']
     elif name == "pi" and scratch is not None:  # Pi reads base URLs from models.json only
-        from context_paging.server import agents
-
         env["PI_CODING_AGENT_DIR"] = str(agents.pi_run_directory(url, environ, scratch))
     else:
         env["ANTHROPIC_BASE_URL"] = url
@@ -174,7 +200,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         env, extra = child_environment(child[0], url, dict(os.environ), Path(scratch.name))
         print(f"context-paging: {child[0]} through the proxy at {url}", file=sys.stderr)
-        return subprocess.call([child[0], *extra, *child[1:]], env=env)
+        return subprocess.call([child[0], *extra, *child[1:]], env=env,
+                               umask=-1 if private.user_umask is None else private.user_umask)
     except FileNotFoundError:
         print(f"context-paging: command not found: {child[0]}", file=sys.stderr)
         return 127
@@ -193,38 +220,98 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def install_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--client", required=True, choices=("claude-code", "codex", "pi"),
-                        help="the agent to point at the proxy")
-    parser.add_argument("--port", type=int, default=8787, help="the proxy's port (default 8787)")
+    parser.add_argument("--client", choices=CLIENTS,
+                        help="the agent to point at the proxy (needed unless --service alone)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"the proxy's port (default {DEFAULT_PORT})")
+    parser.add_argument("--service", action="store_true",
+                        help="also a user service that starts the proxy at log-in (a systemd "
+                        "user unit on Linux, a launchd agent on macOS)")
     parser.add_argument("--write", action="store_true",
-                        help="apply the changes (each file's previous version kept as .bak)")
+                        help="apply the changes (the original of each file is kept once, for "
+                        "uninstall-proxy)")
+
+
+def uninstall_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", choices=CLIENTS,
+                        help="the agent whose install-proxy changes to take back")
+    parser.add_argument("--service", action="store_true",
+                        help="also remove the user service install-proxy --service wrote")
+
+
+def _changes(args: argparse.Namespace, home: Path) -> list[agents.Change]:
+    server_home = getattr(args, "home", None)
+    changes = agents.planned_changes(args.client, args.port, home, server_home) \
+        if args.client else []
+    if args.service:
+        path = service.service_file(home)
+        words = service.proxy_command(args.port, server_home, dict(os.environ))
+        changes.append(agents.Change(path, service.service_text(words, home),
+                                     "starts the proxy at log-in", lambda now, before: None))
+    return changes
 
 
 def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
-    from context_paging.server import agents, clients
-
+    if not (args.client or args.service):
+        print("context-paging: install-proxy needs --client (and/or --service)", file=sys.stderr)
+        return 2
     home = agents.user_home()
     try:
-        changes = agents.planned_changes(args.client, args.port, home)
+        changes = _changes(args, home)
     except (clients.InstallError, ValueError) as exc:
         print(f"context-paging: {exc}", file=sys.stderr)
         return 2
-    for path, text, what in changes:
+    for change in changes:
+        if change.warning:
+            print(f"context-paging: warning: {change.warning}", file=sys.stderr)
         if not args.write:
-            print(f"# {path}: {what}\n{text}")
-            continue
-        if path.exists() and path.read_text(encoding="utf-8") == text:
-            print(f"{path}: already set up; nothing changed.")
-            continue
-        existed = path.exists()
-        clients._replace(path, text)
-        backup = f" (previous file: {path}.bak — move it back to undo)" if existed else ""
-        print(f"{path}: {what}{backup}")
+            print(f"# {change.path}: {change.what}\n{change.text}")
+        elif change.path.exists() and change.path.read_text(encoding="utf-8") == change.text:
+            print(f"{change.path}: already set up; nothing changed.")
+        else:
+            try:
+                undo.write(change.path, change.text)
+            except (clients.InstallError, OSError) as exc:
+                print(f"context-paging: {exc}", file=sys.stderr)
+                return 2
+            print(f"{change.path}: {change.what}")
     if not args.write:
-        print("# Rerun with --write to apply; each file's previous version is kept as .bak.",
+        print("# Rerun with --write to apply; uninstall-proxy takes it back.", file=sys.stderr)
+    elif args.client:
+        undo_line = f"context-paging uninstall-proxy --client {args.client}"
+        print(f"# To undo: {undo_line}{' --service' if args.service else ''}", file=sys.stderr)
+    if args.service:
+        print(f"# Enable the service with: {service.enable_hint(service.service_file(home))}",
               file=sys.stderr)
-    print(f"# Start the proxy with: context-paging proxy --port {args.port}", file=sys.stderr)
+    else:
+        print(f"# Start the proxy with: context-paging proxy --port {args.port}",
+              file=sys.stderr)
     return 0
+
+
+def cmd_uninstall(args: argparse.Namespace, settings: Settings) -> int:
+    if not (args.client or args.service):
+        print("context-paging: uninstall-proxy needs --client (and/or --service)",
+              file=sys.stderr)
+        return 2
+    home = agents.user_home()
+    args.port = DEFAULT_PORT  # the paths do not depend on it
+    try:
+        changes = _changes(args, home)
+    except (clients.InstallError, ValueError) as exc:
+        print(f"context-paging: {exc}", file=sys.stderr)
+        return 2
+    if args.service:
+        print(f"# First stop the service: {service.disable_hint(service.service_file(home))}",
+              file=sys.stderr)
+    status = 0
+    for change in changes:
+        try:
+            print(undo.undo(change.path, change.reverse))
+        except (clients.InstallError, OSError, ValueError) as exc:
+            print(f"context-paging: {change.path}: {exc}; left as it is", file=sys.stderr)
+            status = 2
+    return status
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:

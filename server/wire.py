@@ -7,7 +7,10 @@ finds the byte span of every top-level value (one pass of the stdlib decoder, th
 the window back between the untouched bytes around it, reusing each kept message's own bytes.
 Only messages the window changed (the notice, a rebuilt partial message, a distilled output) are
 serialized, compactly and deterministically, so the same window gives the same bytes on every
-request and the provider's prompt cache keeps hitting.
+request and the provider's prompt cache keeps hitting. They are strict JSON: a number keeps the
+spelling the agent wrote (``1.0E2`` stays ``1.0E2``, ``1.5e400`` stays ``1.5e400`` rather than
+becoming ``Infinity``), and a value strict JSON cannot hold raises, so the proxy forwards the
+original body instead (docs/proxy.md, "What is forwarded exactly").
 
 Conversation keys: a ledger session per conversation the agent runs. Claude Code sends its
 session id (header ``X-Claude-Code-Session-Id``, or inside ``metadata.user_id``), but its title
@@ -27,12 +30,16 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from types import MappingProxyType
 from typing import Any
 
 from context_paging.paging.resident import is_agent_context
 
 _DECODER = json.JSONDecoder()
+_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
 _WS = re.compile(r"[ \t\n\r]*")
+_NO_NUMBERS: Mapping[str, str] = MappingProxyType({})
 
 
 class ShapeError(ValueError):
@@ -76,6 +83,9 @@ class Body:
     value: dict[str, Any]
     spans: Mapping[str, tuple[int, int]]  # top-level key -> (start, end) of its value
     items: tuple[tuple[int, int], ...]  # the conversation array's elements, (start, end)
+    # repr of a float read -> its first spelling in the body where the two differ, so a
+    # changed message keeps it
+    numbers: Mapping[str, str] = dataclass_field(default_factory=dict)
 
 
 def read_body(raw: bytes, field: str) -> Body:
@@ -85,17 +95,26 @@ def read_body(raw: bytes, field: str) -> Body:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ShapeError("body is not UTF-8 JSON") from exc
+    numbers: dict[str, str] = {}
+
+    def number(spelled: str) -> float:
+        value = float(spelled)
+        if repr(value) != spelled:  # only spellings json.dumps would not give back
+            numbers.setdefault(repr(value), spelled)
+        return value
+
     try:
-        value, spans, items = _scan_object(text, field)
+        value, spans, items = _scan_object(text, field, json.JSONDecoder(parse_float=number))
     except ValueError as exc:  # JSONDecodeError included
         raise ShapeError(f"body is not a JSON object: {exc}") from None
     conversation = value.get(field)
     if not isinstance(conversation, list) or not all(isinstance(m, dict) for m in conversation):
         raise ShapeError(f"no {field!r} array of objects")
-    return Body(text, value, spans, items)
+    return Body(text, value, spans, items, numbers)
 
 
-def _scan_object(text: str, field: str) -> tuple[dict, dict[str, tuple[int, int]], tuple]:
+def _scan_object(text: str, field: str,
+                 decoder: json.JSONDecoder = _DECODER) -> tuple[dict, dict, tuple]:
     at = _WS.match(text, 0).end()
     if text[at:at + 1] != "{":
         raise ValueError("not an object")
@@ -106,7 +125,7 @@ def _scan_object(text: str, field: str) -> tuple[dict, dict[str, tuple[int, int]
     if text[at:at + 1] == "}":
         return value, spans, items
     while True:
-        key, at = _DECODER.raw_decode(text, at)
+        key, at = decoder.raw_decode(text, at)
         if not isinstance(key, str):
             raise ValueError("object key is not a string")
         at = _WS.match(text, at).end()
@@ -114,9 +133,9 @@ def _scan_object(text: str, field: str) -> tuple[dict, dict[str, tuple[int, int]
             raise ValueError("expected ':'")
         start = _WS.match(text, at + 1).end()
         if key == field and text[start:start + 1] == "[":
-            item, end, items = _scan_array(text, start)
+            item, end, items = _scan_array(text, start, decoder)
         else:
-            item, end = _DECODER.raw_decode(text, start)
+            item, end = decoder.raw_decode(text, start)
         value[key] = item
         spans[key] = (start, end)
         at = _WS.match(text, end).end()
@@ -129,14 +148,15 @@ def _scan_object(text: str, field: str) -> tuple[dict, dict[str, tuple[int, int]
         at = _WS.match(text, at + 1).end()
 
 
-def _scan_array(text: str, start: int) -> tuple[list, int, tuple[tuple[int, int], ...]]:
+def _scan_array(text: str, start: int,
+                decoder: json.JSONDecoder) -> tuple[list, int, tuple[tuple[int, int], ...]]:
     out: list[Any] = []
     spans: list[tuple[int, int]] = []
     at = _WS.match(text, start + 1).end()
     if text[at:at + 1] == "]":
         return out, at + 1, ()
     while True:
-        item, end = _DECODER.raw_decode(text, at)
+        item, end = decoder.raw_decode(text, at)
         out.append(item)
         spans.append((at, end))
         at = _WS.match(text, end).end()
@@ -148,8 +168,31 @@ def _scan_array(text: str, start: int) -> tuple[list, int, tuple[tuple[int, int]
 
 
 def dumps(value: Any) -> str:
-    """How the proxy writes a message it changed: compact, key order kept, UTF-8 as is."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact strict JSON, key order kept, UTF-8 as is (ValueError for NaN or infinity)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def strict(value: Any, numbers: Mapping[str, str] = _NO_NUMBERS) -> str:
+    """How the proxy writes a message it changed: :func:`dumps`, except that a float keeps the
+    spelling it had in the body (``numbers``); ValueError for anything strict JSON cannot hold
+    (NaN, or an infinity the body did not spell as a number)."""
+    if not numbers:
+        return dumps(value)  # every float in the body is spelled as json.dumps spells it
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"object key {key!r} is not a string")
+            parts.append(_string(key) + ":" + strict(item, numbers))
+        return "{" + ",".join(parts) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(strict(item, numbers) for item in value) + "]"
+    if isinstance(value, float):
+        spelled = numbers.get(repr(value))
+        return spelled if spelled is not None else dumps(value)
+    return dumps(value)  # int, bool, None; anything else raises TypeError
 
 
 def splice(body: Body, field: str, window: Sequence[dict[str, Any]]) -> bytes:
@@ -160,7 +203,7 @@ def splice(body: Body, field: str, window: Sequence[dict[str, Any]]) -> bytes:
     parts = []
     for message in window:
         span = where.get(id(message))
-        parts.append(body.text[span[0]:span[1]] if span else dumps(message))
+        parts.append(body.text[span[0]:span[1]] if span else strict(message, body.numbers))
     start, end = body.spans[field]
     text = body.text[:start] + "[" + ",".join(parts) + "]" + body.text[end:]
     return text.encode("utf-8")

@@ -56,9 +56,9 @@ def sse(events: list[dict[str, Any]], named: bool = True) -> Reply:
 
 
 def anthropic_stream(content: list[dict[str, Any]], stop: str = "tool_use",
-                     input_tokens: int = 10) -> Reply:
+                     input_tokens: int = 10, message_id: str = "msg_fake") -> Reply:
     events: list[dict[str, Any]] = [{"type": "message_start", "message": {
-        "id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
+        "id": message_id, "type": "message", "role": "assistant", "model": "claude-fake",
         "content": [], "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}]
     for index, block in enumerate(content):
@@ -79,8 +79,8 @@ def anthropic_stream(content: list[dict[str, Any]], stop: str = "tool_use",
 
 
 def anthropic_message(content: list[dict[str, Any]], stop: str = "end_turn",
-                      input_tokens: int = 10) -> Reply:
-    body = {"id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
+                      input_tokens: int = 10, message_id: str = "msg_fake") -> Reply:
+    body = {"id": message_id, "type": "message", "role": "assistant", "model": "claude-fake",
             "content": content, "stop_reason": stop, "stop_sequence": None,
             "usage": {"input_tokens": input_tokens, "output_tokens": 5}}
     return Reply(chunks=(json.dumps(body).encode(),))
@@ -88,21 +88,41 @@ def anthropic_message(content: list[dict[str, Any]], stop: str = "end_turn",
 
 def responses_stream(text: str = "ok", input_tokens: int = 10) -> Reply:
     """An OpenAI Responses SSE reply with one assistant message."""
-    base = {"id": "resp_fake", "object": "response", "created_at": 0, "model": "gpt-fake",
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
     item = {"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return responses_items_stream([item], input_tokens)
+
+
+def _response(output: list[dict[str, Any]], status: str, input_tokens: int,
+              response_id: str = "resp_fake") -> dict[str, Any]:
     usage = {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0},
              "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": 12}
-    return sse([
-        {"type": "response.created", "sequence_number": 0,
-         "response": {**base, "status": "in_progress", "output": []}},
-        {"type": "response.output_item.done", "sequence_number": 1, "output_index": 0,
-         "item": item},
-        {"type": "response.completed", "sequence_number": 2,
-         "response": {**base, "status": "completed", "output": [item], "usage": usage}},
-    ])
+             "total_tokens": input_tokens + 2}
+    return {"id": response_id, "object": "response", "created_at": 0, "model": "gpt-fake",
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "status": status,
+            "output": output, **({"usage": usage} if status == "completed" else {})}
+
+
+def responses_items_stream(items: list[dict[str, Any]], input_tokens: int = 10,
+                           response_id: str = "resp_fake") -> Reply:
+    """An OpenAI Responses SSE reply with these output items (messages, reasoning, calls)."""
+    events: list[dict[str, Any]] = [{"type": "response.created", "response": _response(
+        [], "in_progress", input_tokens, response_id)}]
+    for index, item in enumerate(items):
+        events.append({"type": "response.output_item.added", "output_index": index,
+                       "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index,
+                       "item": item})
+    events.append({"type": "response.completed",
+                   "response": _response(items, "completed", input_tokens, response_id)})
+    return sse([{**event, "sequence_number": n} for n, event in enumerate(events)])
+
+
+def responses_items_body(items: list[dict[str, Any]], input_tokens: int = 10,
+                         response_id: str = "resp_fake") -> Reply:
+    """The same reply as one JSON response (a request without ``stream``)."""
+    body = _response(items, "completed", input_tokens, response_id)
+    return Reply(chunks=(json.dumps(body).encode(),))
 
 
 def chat_completion(text: str = "ok", input_tokens: int = 10) -> Reply:

@@ -122,8 +122,8 @@ def test_claude_code_also_gets_the_claude_mcp_add_command(capsys, monkeypatch):
     assert install("--client", "claude-code", "--name", "history") == 0
     out, err = capsys.readouterr()
     command = json.loads(out)["mcpServers"]["history"]["command"]
-    assert (f"claude mcp add --transport stdio history -- {command} serve --tools recovery"
-            in err)
+    assert (f"claude mcp add --scope user --transport stdio history -- {command} serve "
+            "--tools recovery") in err
 
 
 def test_default_locations_follow_each_client_and_platform(tmp_path):
@@ -136,7 +136,8 @@ def test_default_locations_follow_each_client_and_platform(tmp_path):
     assert where("claude-desktop", "linux") == Path(
         "/home/ann/.config/Claude/claude_desktop_config.json")
     assert where("cursor", "linux") == Path("/home/ann/.cursor/mcp.json")
-    assert where("claude-code", "linux") == tmp_path / ".mcp.json"
+    assert where("claude-code", "linux") == Path("/home/ann/.claude.json")
+    assert where("codex", "linux") == Path("/home/ann/.codex/config.toml")
     assert where("vscode", "darwin") == tmp_path / ".vscode" / "mcp.json"
 
 

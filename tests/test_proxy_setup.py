@@ -1,5 +1,5 @@
-"""Setting agents up for the proxy: install-proxy (print, --write with backups), run (one child
-through a proxy on a free port) and doctor."""
+"""Setting agents up for the proxy: install-proxy (print, --write keeping originals), run (one
+child through a proxy on a free port) and doctor."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from context_paging.server import agents
+from context_paging.server import agents, undo
 from context_paging.server.cli import main
 
 from tests.fake_provider import FakeProvider, Served
@@ -33,7 +33,7 @@ def test_install_proxy_prints_and_changes_nothing_without_write(user_home, capsy
     assert not (user_home / ".claude").exists() and not (user_home / ".claude.json").exists()
 
 
-def test_install_proxy_for_claude_code_keeps_existing_settings_and_a_backup(user_home):
+def test_install_proxy_for_claude_code_keeps_existing_settings_and_their_original(user_home):
     settings = user_home / ".claude" / "settings.json"
     settings.parent.mkdir()
     settings.write_text(json.dumps({"model": "opus", "env": {"FOO": "1"}}))
@@ -43,10 +43,11 @@ def test_install_proxy_for_claude_code_keeps_existing_settings_and_a_backup(user
     value = json.loads(settings.read_text())
     assert value == {"model": "opus", "env": {"FOO": "1", "DISABLE_AUTO_COMPACT": "1",
                                               "ANTHROPIC_BASE_URL": "http://127.0.0.1:8787"}}
-    assert json.loads((settings.parent / "settings.json.bak").read_text())["env"] == {"FOO": "1"}
+    original = json.loads(undo.record_path(settings).read_text())["original"]
+    assert json.loads(original)["env"] == {"FOO": "1"}
     state = json.loads((user_home / ".claude.json").read_text())
     assert state["numStartups"] == 3 and set(state["mcpServers"]) == {"other", "context-paging"}
-    assert state["mcpServers"]["context-paging"]["args"][-1] == "serve"
+    assert state["mcpServers"]["context-paging"]["args"][-3:] == ["serve", "--tools", "recovery"]
     # a second run finds everything in place
     assert main(["install-proxy", "--client", "claude-code", "--write"]) == 0
     assert json.loads(settings.read_text()) == value
@@ -65,8 +66,8 @@ def test_install_proxy_for_codex_edits_only_its_keys_and_tables(user_home):
         "env_key": "OPENAI_API_KEY", "wire_api": "responses"}
     assert value["profiles"] == {"fast": {"model": "gpt-5-mini"}}
     assert value["model_auto_compact_token_limit"] == agents.CODEX_COMPACT_LIMIT
-    assert value["mcp_servers"]["context-paging"]["args"][-1] == "serve"
-    assert "http://old" in (config.parent / "config.toml.bak").read_text()
+    assert value["mcp_servers"]["context-paging"]["args"][-3:] == ["serve", "--tools", "recovery"]
+    assert "http://old" in json.loads(undo.record_path(config).read_text())["original"]
 
 
 def test_install_proxy_for_pi_repoints_the_built_in_providers_and_turns_compaction_off(user_home):

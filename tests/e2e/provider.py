@@ -1,0 +1,208 @@
+"""The validating fake provider: Anthropic Messages and OpenAI Responses, streamed or not, on
+127.0.0.1, driving the scripted task (tests/e2e/task.py).
+
+Every request is recorded with its verdict. An invalid one is answered 400 with the reasons, as
+the real APIs answer, so an agent that gets one stops and the run shows it. A valid task
+request gets the next step's shell call in the agent's own tool shape (Codex's default model
+also gets the ``reasoning`` item that comes with each call); after the last step, the final
+answer. A task request without a shell tool gets a plain answer saying so and is marked: the
+model would have lost its tools. Requests outside the task (titles, probes) get a short text.
+WebSocket upgrades are refused, so Codex falls back to HTTPS as it does with any provider that
+has none.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.e2e import task, validate
+from tests.fake_provider import (Recorded, Reply, anthropic_message, anthropic_stream,
+                                 responses_items_body, responses_items_stream)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request, what the provider made of it, and what it answered."""
+
+    number: int
+    request: Recorded
+    api: str | None  # "anthropic" | "responses" | None (another path)
+    problems: tuple[str, ...]
+    in_task: bool
+    done_steps: int
+    answer: str  # "call" | "final" | "text" | "invalid" | "other" | "no-tools"
+    body: dict[str, Any] | None = None
+
+    @property
+    def where(self) -> str:
+        return f"request {self.number} ({self.request.method} {self.request.path})"
+
+
+def _api(method: str, path: str) -> str | None:
+    if method != "POST":
+        return None
+    if path.endswith("/v1/messages"):
+        return "anthropic"
+    if path.endswith("/responses"):
+        return "responses"
+    return None
+
+
+@dataclass
+class ScriptedProvider:
+    """The ASGI app; ``exchanges`` holds every request in arrival order."""
+
+    exchanges: list[Exchange] = field(default_factory=list)
+    bypassed: int = 0  # requests that reached a second fake instead of the proxy
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})  # refused: use HTTPS
+            return
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        recorded = Recorded(scope["method"], scope["path"], scope["query_string"].decode(),
+                            headers, body)
+        reply = self.answer(recorded)
+        await send({"type": "http.response.start", "status": reply.status,
+                    "headers": [(k.encode(), v.encode()) for k, v in reply.headers]})
+        for chunk in reply.chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    def answer(self, request: Recorded) -> Reply:
+        """Judge, record and answer one request."""
+        api = _api(request.method, request.path)
+        with self._lock:
+            number = next(self._ids)
+        if api is None:
+            self._record(number, request, None, (), "other")
+            return _other(request)
+        in_task = task.in_conversation(request.body)
+        try:
+            body = validate.strict_json(request.body)
+        except validate.Invalid as exc:
+            self._record(number, request, api, (str(exc),), "invalid", None, in_task)
+            return _refusal(api, [str(exc)])
+        if in_task and _wants_json(body):  # Claude Code's session-title call
+            in_task = False
+        check = validate.anthropic_problems if api == "anthropic" else \
+            validate.responses_problems
+        problems = tuple(check(body))
+        done = task.done_steps(body) if in_task else 0
+        if problems:
+            self._record(number, request, api, problems, "invalid", body, in_task, done)
+            return _refusal(api, list(problems))
+        reply, answer = (_task_reply(api, body, done, number) if in_task
+                         else (_text(api, body, _side_text(body), number), "text"))
+        self._record(number, request, api, (), answer, body, in_task, done)
+        return reply
+
+    def _record(self, number: int, request: Recorded, api: str | None,
+                problems: tuple[str, ...], answer: str, body: dict[str, Any] | None = None,
+                in_task: bool = False, done: int = 0) -> None:
+        exchange = Exchange(number, request, api, problems, in_task, done, answer, body)
+        with self._lock:
+            self.exchanges.append(exchange)
+
+    def task_exchanges(self) -> list[Exchange]:
+        return sorted((e for e in self.exchanges if e.in_task), key=lambda e: e.number)
+
+    def invalid(self) -> list[Exchange]:
+        return [e for e in self.exchanges if e.problems]
+
+
+def _wants_json(body: dict[str, Any]) -> bool:
+    config = body.get("output_config")
+    form = config.get("format") if isinstance(config, dict) else None
+    return isinstance(form, dict) and form.get("type") == "json_schema"
+
+
+def _side_text(body: dict[str, Any]) -> str:
+    return json.dumps({"title": "Scripted end-to-end task"}) if _wants_json(body) else "ok"
+
+
+def _tokens(body: dict[str, Any]) -> int:
+    return len(json.dumps(body)) // 4
+
+
+def _task_reply(api: str, body: dict[str, Any], done: int, number: int) -> tuple[Reply, str]:
+    if done >= task.STEPS:
+        return _text(api, body, task.final_answer(), number), "final"
+    cmd = task.command(done + 1)
+    if api == "anthropic":
+        names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
+        call = task.anthropic_call(names, cmd)
+        if call is None:
+            return _text(api, body, "There is no shell tool in this request.", number), \
+                "no-tools"
+        block = {"type": "tool_use", "id": f"toolu_e2e{number:04d}", "name": call[0],
+                 "input": call[1]}
+        return _anthropic(body, [{"type": "text", "text": f"Running {cmd}."}, block],
+                          "tool_use", number), "call"
+    item = task.responses_call(validate.tool_names(body), cmd)
+    if item is None:
+        return _text(api, body, "There is no shell tool in this request.", number), "no-tools"
+    item = {**item, "id": f"fc_e2e{number:04d}", "call_id": f"call_e2e{number:04d}",
+            "status": "completed"}
+    reasoning = {"type": "reasoning", "id": f"rs_e2e{number:04d}",
+                 "summary": [], "encrypted_content": f"e2e-opaque-reasoning-{number:04d}"}
+    return _responses(body, [reasoning, item], number), "call"
+
+
+def _text(api: str, body: dict[str, Any], text: str, number: int) -> Reply:
+    if api == "anthropic":
+        return _anthropic(body, [{"type": "text", "text": text}], "end_turn", number)
+    message = {"type": "message", "id": f"msg_e2e{number:04d}", "role": "assistant",
+               "status": "completed",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return _responses(body, [message], number)
+
+
+def _anthropic(body: dict[str, Any], content: list[dict[str, Any]], stop: str,
+               number: int) -> Reply:
+    """A reply of its own id: Claude Code joins streamed parts that share a message id."""
+    message_id = f"msg_e2e{number:04d}"
+    if body.get("stream"):
+        return anthropic_stream(content, stop, _tokens(body), message_id)
+    return anthropic_message(content, stop, _tokens(body), message_id)
+
+
+def _responses(body: dict[str, Any], items: list[dict[str, Any]], number: int) -> Reply:
+    response_id = f"resp_e2e{number:04d}"
+    if body.get("stream"):
+        return responses_items_stream(items, _tokens(body), response_id)
+    return responses_items_body(items, _tokens(body), response_id)
+
+
+def _refusal(api: str, problems: list[str]) -> Reply:
+    message = "; ".join(problems)
+    if api == "anthropic":
+        error = {"type": "error", "error": {"type": "invalid_request_error", "message": message},
+                 "request_id": "req_e2e_invalid"}
+    else:
+        error = {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                           "code": None}}
+    return Reply(400, chunks=(json.dumps(error).encode(),))
+
+
+def _other(request: Recorded) -> Reply:
+    if request.path.endswith("/count_tokens"):
+        return Reply(chunks=(json.dumps({"input_tokens": len(request.body) // 4}).encode(),))
+    if request.path.endswith("/models"):
+        return Reply(404, chunks=(b'{"error": {"message": "no model list here"}}',))
+    return Reply(chunks=(b"{}",))

@@ -1,0 +1,48 @@
+"""Claude Code, Codex and Pi, unmodified and non-interactive, on the scripted 18-step shell
+task: first straight against the validating fake provider, then through ``context-paging run``
+and through ``install-proxy --write`` with a ``context-paging proxy``, at a budget that makes
+paging happen mid-run. Every rule a run breaks is listed in its one failure message."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e import report, runs
+from tests.e2e.agents import AGENTS, Agent
+from tests.e2e.conftest import SUMMARY
+
+pytestmark = pytest.mark.real_agents
+IDS = [agent.label.replace(" ", "-").replace("(", "").replace(")", "") for agent in AGENTS]
+_DIRECT: dict[Agent, runs.Run] = {}
+
+
+def direct_run(agent: Agent, tmp_path_factory: pytest.TempPathFactory) -> runs.Run:
+    """The agent straight against the fake, once per agent and model (the bytes baseline)."""
+    if agent not in _DIRECT:
+        _DIRECT[agent] = runs.run_agent(agent, "direct", tmp_path_factory.mktemp("direct"))
+    return _DIRECT[agent]
+
+
+def _failures(outcome: report.Outcome, run: runs.Run) -> str:
+    rules = "\n".join(f"- {problem}" for problem in outcome.problems)
+    return f"{outcome.line()}\n{rules}\n{run.transcript}"
+
+
+@pytest.mark.parametrize("agent", AGENTS, ids=IDS)
+def test_each_agent_finishes_the_task_directly_with_every_request_valid(agent, tmp_path_factory):
+    run = direct_run(agent, tmp_path_factory)
+    outcome = report.judge_direct(run)
+    if outcome.problems:
+        pytest.fail(_failures(outcome, run), pytrace=False)
+
+
+@pytest.mark.parametrize("route", ["run", "install"])
+@pytest.mark.parametrize("agent", AGENTS, ids=IDS)
+def test_each_agent_finishes_the_task_paged_through_the_proxy_losing_nothing(
+        agent, route, tmp_path, tmp_path_factory):
+    direct = direct_run(agent, tmp_path_factory)
+    run = runs.run_agent(agent, route, tmp_path)
+    outcome = report.judge_proxied(run, direct)
+    SUMMARY.append(outcome.line())
+    if outcome.problems:
+        pytest.fail(_failures(outcome, run), pytrace=False)
