@@ -64,6 +64,10 @@ MEANINGS: dict[str, dict[str, str]] = {
         "select_context_text": "`select_context`'s text copy: the whole reply, or `summary`, "
                                "the reply without the window's messages",
     },
+    "ledger": {
+        "keep_days": "Ledger sessions not written for this many days are deleted when a server or "
+                     "proxy starts, and by `forget --expired`; none keeps them until forgotten",
+    },
     "sources": {
         "pi": "Where Pi keeps its session files (a missing folder is fine)",
         "claude_code": "Where Claude Code keeps its session files",
