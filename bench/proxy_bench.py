@@ -183,7 +183,8 @@ def replay(api: str, turns: int, paging: bool) -> None:
     (home / "config.toml").write_text(
         f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
         f'[paging]\nenabled = {"true" if paging else "false"}\n')
-    sink = Served(Sink())
+    provider = Sink()
+    sink = Served(provider)
     hop = Served(Hop(sink.url), lifespan="off")
     args = _argparse.Namespace(upstream_anthropic=sink.url, upstream_openai=sink.url)
     app, history = make_app(load_settings(home=str(home)), args)
@@ -219,7 +220,7 @@ def replay(api: str, turns: int, paging: bool) -> None:
     print(f"{'paging work alone':<22} {percentile(work_only, .5) * ms:>8.1f} "
           f"{percentile(work_only, .95) * ms:>8.1f} {slope(sizes, work_only) * ms:>7.2f} "
           f"{work_only[0] * ms:>8.1f}   (proxy added - plain hop added)")
-    print(f"last request: {sizes[-1]:.1f} MB in, {sink.sizes[-3] / (1 << 20):.2f} MB forwarded")
+    print(f"last request: {sizes[-1]:.1f} MB in, {provider.sizes[-3] / (1 << 20):.2f} MB forwarded")
     ratio = percentile(added, .5) / percentile(hop_added, .5)
     print(f"proxy added / plain hop added: p50 {ratio:.2f}x (goal <= 2), growth {slope(sizes, added) * ms:.2f} ms/MB (goal <= 2), first "
           f"request through the proxy {proxied[0] * ms:.0f} ms (goal <= 1500)")
