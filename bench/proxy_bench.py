@@ -177,18 +177,21 @@ def replay(api: str, turns: int, paging: bool) -> None:
     from bench.proxy_work import Hop, Sink, growing, headers_of, path_of
     from context_paging.server.proxy_cli import make_app
 
-    work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
-    home, empty = work / "home", work / "none"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
-        f'[paging]\nenabled = {"true" if paging else "false"}\n')
+    def fresh_proxy(upstream: str):
+        work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
+        home, empty = work / "home", work / "none"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
+            f'[paging]\nenabled = {"true" if paging else "false"}\n')
+        args = _argparse.Namespace(upstream_anthropic=upstream, upstream_openai=upstream)
+        app, history = make_app(load_settings(home=str(home)), args)
+        return Served(app, lifespan="on"), history
+
     provider = Sink()
     sink = Served(provider)
     hop = Served(Hop(sink.url), lifespan="off")
-    args = _argparse.Namespace(upstream_anthropic=sink.url, upstream_openai=sink.url)
-    app, history = make_app(load_settings(home=str(home)), args)
-    proxy = Served(app, lifespan="on")
+    proxy, history = fresh_proxy(sink.url)
     route, headers = path_of(api), headers_of(api)
     sizes, direct, hopped, proxied = [], [], [], []
     with httpx.Client(timeout=600) as client:
@@ -197,6 +200,12 @@ def replay(api: str, turns: int, paging: bool) -> None:
             proxied.append(timed(client, proxy.url + route, raw, headers))
             direct.append(timed(client, sink.url + route, raw, headers))
             hopped.append(timed(client, hop.url + route, raw, headers))
+        proxy.close()
+        history.close()
+        # The whole conversation as the first request a fresh proxy sees (after a restart).
+        proxy, history = fresh_proxy(sink.url)
+        whole_first = timed(client, proxy.url + route, raw, headers)
+        whole_again = timed(client, proxy.url + route, raw, headers)
     proxy.close()
     hop.close()
     sink.close()
@@ -220,6 +229,8 @@ def replay(api: str, turns: int, paging: bool) -> None:
     print(f"{'paging work alone':<22} {percentile(work_only, .5) * ms:>8.1f} "
           f"{percentile(work_only, .95) * ms:>8.1f} {slope(sizes, work_only) * ms:>7.2f} "
           f"{work_only[0] * ms:>8.1f}   (proxy added - plain hop added)")
+    print(f"the last body ({sizes[-1]:.1f} MB) as a fresh proxy's first request: "
+          f"{whole_first * ms:.0f} ms; the same body again: {whole_again * ms:.0f} ms")
     print(f"last request: {sizes[-1]:.1f} MB in, {provider.sizes[-3] / (1 << 20):.2f} MB forwarded")
     ratio = percentile(added, .5) / percentile(hop_added, .5)
     print(f"proxy added / plain hop added: p50 {ratio:.2f}x (goal <= 2), growth {slope(sizes, added) * ms:.2f} ms/MB (goal <= 2), first "

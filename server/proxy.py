@@ -114,7 +114,8 @@ class Proxy:
                            media_type="application/json")(scope, receive, send)
             return
         api = wire.route(request.method, request.url.path) if self.paging else None
-        body, note, session = await self._body(request, api)
+        body = await self._body(request, api)
+        note, session = None, None
         if api is not None and isinstance(body, bytes):
             body, note, session = await anyio.to_thread.run_sync(
                 self._page, api, body, request.headers)
@@ -125,13 +126,13 @@ class Proxy:
             response = await self._forward(request, body, tap)
         await response(scope, receive, send)
 
-    async def _body(self, request: Request, api: wire.Api | None,
-                    ) -> tuple[bytes | AsyncIterator[bytes], None, None]:
+    async def _body(self, request: Request,
+                    api: wire.Api | None) -> bytes | AsyncIterator[bytes]:
         """The body read whole when it is to be paged and within ``max_body``; else the body
         as it arrives (read no further than ``max_body``: what was read goes first)."""
         if api is None:
             bodiless = not ({"content-length", "transfer-encoding"} & set(request.headers))
-            return (b"" if bodiless else request.stream()), None, None
+            return b"" if bodiless else request.stream()
         declared = request.headers.get("content-length", "")
         chunks: list[bytes] = []
         stream = request.stream()
@@ -143,10 +144,10 @@ class Proxy:
                 if size > self.max_body:
                     break
             else:
-                return b"".join(chunks), None, None
+                return b"".join(chunks)
         log.warning("proxy: %s body over paging.max_request_bytes (%d bytes); streamed through "
                     "unpaged and unrecorded", api.name, self.max_body)
-        return _joined(chunks, stream), None, None
+        return _joined(chunks, stream)
 
     # --- the conversation -------------------------------------------------------------------
 
