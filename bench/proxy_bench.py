@@ -198,6 +198,7 @@ def replay(api: str, turns: int, paging: bool) -> None:
         for raw in growing(api, turns):
             sizes.append(len(raw) / (1 << 20))
             proxied.append(timed(client, proxy.url + route, raw, headers))
+            forwarded = provider.sizes[-1]
             direct.append(timed(client, sink.url + route, raw, headers))
             hopped.append(timed(client, hop.url + route, raw, headers))
         proxy.close()
@@ -231,7 +232,7 @@ def replay(api: str, turns: int, paging: bool) -> None:
           f"{work_only[0] * ms:>8.1f}   (proxy added - plain hop added)")
     print(f"the last body ({sizes[-1]:.1f} MB) as a fresh proxy's first request: "
           f"{whole_first * ms:.0f} ms; the same body again: {whole_again * ms:.0f} ms")
-    print(f"last request: {sizes[-1]:.1f} MB in, {provider.sizes[-3] / (1 << 20):.2f} MB forwarded")
+    print(f"last request: {sizes[-1]:.1f} MB in, {forwarded / (1 << 20):.2f} MB forwarded")
     ratio = percentile(added, .5) / percentile(hop_added, .5)
     print(f"proxy added / plain hop added: p50 {ratio:.2f}x (goal <= 2), growth {slope(sizes, added) * ms:.2f} ms/MB (goal <= 2), first "
           f"request through the proxy {proxied[0] * ms:.0f} ms (goal <= 1500)")

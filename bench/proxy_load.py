@@ -9,13 +9,14 @@ on ``PYTHONPATH`` is the code measured) in front of a provider that only counts
   through the proxy and straight to the provider, and the proxy's peak resident memory
   (VmHWM) above its baseline after start-up, also as a multiple of the body;
 * the wait: a 25 MB request of one conversation is sent, and while it is under way another
-  conversation sends small requests one after another; printed are the small requests'
+  conversation sends a small request every ``--pause`` seconds; printed are the small requests'
   median and longest time, against the same small request alone.
 
 ``--limit-mb`` sets ``paging.max_request_bytes`` (default 64, so every body here is paged);
 ``--limit-mb 32`` (the default setting) shows the 40 MB body streamed through unpaged.
 
-    python bench/proxy_load.py [--sizes 1 10 40] [--limit-mb 64] [--wait-mb 25]
+    python bench/proxy_load.py [--sizes 1 10 40 | --sizes 0 (none)] [--limit-mb 64]
+                               [--wait-mb 25] [--pause 0.25]
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def sizes_table(sink_url: str, sizes: list[float], limit_mb: int) -> None:
               f"{peak / len(raw):>9.1f}  {lines[-1][:70] if lines else ''}", flush=True)
 
 
-def wait_table(sink_url: str, wait_mb: float, limit_mb: int) -> None:
+def wait_table(sink_url: str, wait_mb: float, limit_mb: int, pause: float) -> None:
     proxy = ProxyProcess(sink_url, limit_mb)
     small = anthropic_body(anthropic_turn(1)[:1], "small-conversation")
     try:
@@ -134,6 +135,7 @@ def wait_table(sink_url: str, wait_mb: float, limit_mb: int) -> None:
         waits = []
         while sender.is_alive():
             waits.append(post(proxy.url, small))
+            time.sleep(pause)  # an agent's next request comes after the model's answer
         sender.join()
     finally:
         proxy.close()
@@ -147,13 +149,16 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 10, 40])
     parser.add_argument("--limit-mb", type=int, default=64)
     parser.add_argument("--wait-mb", type=float, default=25)
+    parser.add_argument("--pause", type=float, default=0.25,
+                        help="seconds between the other conversation's small requests")
     args = parser.parse_args()
     import context_paging.server.proxy as code
 
     print(f"code: {Path(code.__file__).resolve().parent.parent}")
     with Served(Sink()) as sink:
-        sizes_table(sink.url, args.sizes, args.limit_mb)
-        wait_table(sink.url, args.wait_mb, args.limit_mb)
+        if args.sizes != [0]:
+            sizes_table(sink.url, args.sizes, args.limit_mb)
+        wait_table(sink.url, args.wait_mb, args.limit_mb, args.pause)
 
 
 if __name__ == "__main__":

@@ -133,15 +133,22 @@ def responses_script(rng: random.Random) -> list[bytes]:
     return bodies
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+def home_for(where, distill: bool):
+    where.mkdir()
+    home = make_home(where, budget=1500)
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace(
+        "[distill]\nenabled = false", f"[distill]\nenabled = {str(distill).lower()}"))
+    return home
+
+
+@pytest.mark.parametrize("seed,distill", [(1, False), (2, True), (3, False), (4, True)])
 @pytest.mark.parametrize("path,script", [("/v1/messages", anthropic_script),
                                          ("/v1/responses", responses_script)])
 def test_the_proxy_forwards_the_same_bytes_whether_it_reads_bodies_whole_or_not(
-        tmp_path, seed, path, script):
-    (tmp_path / "fast").mkdir()
-    (tmp_path / "full").mkdir()
-    fast = Stack(make_home(tmp_path / "fast", budget=1500))
-    full = Stack(make_home(tmp_path / "full", budget=1500))
+        tmp_path, seed, distill, path, script):
+    fast = Stack(home_for(tmp_path / "fast", distill))
+    full = Stack(home_for(tmp_path / "full", distill))
     full.proxy_app.bodies.read = wire.read_body  # every body read whole
     headers = {"x-api-key": "k", "anthropic-version": "2023-06-01"} if "messages" in path \
         else {"authorization": "Bearer k"}
