@@ -10,13 +10,15 @@ on ``PYTHONPATH`` is the code measured) in front of a provider that only counts
   (VmHWM) above its baseline after start-up, also as a multiple of the body;
 * the wait: a 25 MB request of one conversation is sent, and while it is under way another
   conversation sends a small request every ``--pause`` seconds; printed are the small requests'
-  median and longest time, against the same small request alone.
+  median and longest time, against the same small request alone (``--wait-mb 0``: skipped);
+* the first request: from starting the proxy to the answer of a 53 KB request sent as soon as
+  the port accepts connections.
 
 ``--limit-mb`` sets ``paging.max_request_bytes`` (default 64, so every body here is paged);
 ``--limit-mb 32`` (the default setting) shows the 40 MB body streamed through unpaged.
 
     python bench/proxy_load.py [--sizes 1 10 40 | --sizes 0 (none)] [--limit-mb 64]
-                               [--wait-mb 25] [--pause 0.25]
+                               [--wait-mb 25 | --wait-mb 0 (none)] [--pause 0.25]
 """
 
 from __future__ import annotations
@@ -58,7 +60,9 @@ def free_port() -> int:
 
 
 class ProxyProcess:
-    def __init__(self, upstream: str, limit_mb: int) -> None:
+    def __init__(self, upstream: str, limit_mb: int, first: bytes | None = None) -> None:
+        """Start the proxy; with ``first``, that body is sent as soon as the port accepts it
+        (retried until it does), and ``self.first`` is the seconds from start to its answer."""
         self.home = Path(tempfile.mkdtemp(prefix="proxy-load-"))
         empty = self.home / "none"
         (self.home / "config.toml").write_text(
@@ -72,15 +76,23 @@ class ProxyProcess:
             [sys.executable, "-m", "context_paging", "proxy", "--port", str(self.port),
              "--upstream-anthropic", upstream, "--upstream-openai", upstream],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        started = time.perf_counter()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.url + "/_context-paging/health", timeout=2).status_code == 200:
+                if first is not None:
+                    response = httpx.post(self.url + "/v1/messages", content=first,
+                                          headers=HEADERS, timeout=60)
+                else:
+                    response = httpx.get(self.url + "/_context-paging/health", timeout=2)
+                if response.status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.02)
         else:
             raise SystemExit("the proxy did not start")
+        self.first = time.perf_counter() - started
         small = anthropic_body(anthropic_turn(0)[:1], "warm-up")
         httpx.post(self.url + "/v1/messages", content=small, headers=HEADERS, timeout=60)
         self.baseline = memory(self.process.pid, "VmHWM")
@@ -122,6 +134,17 @@ def sizes_table(sink_url: str, sizes: list[float], limit_mb: int) -> None:
               f"{peak / len(raw):>9.1f}  {lines[-1][:70] if lines else ''}", flush=True)
 
 
+def first_table(sink_url: str, limit_mb: int) -> None:
+    small = anthropic_body(anthropic_turn(0), "first")
+    times = []
+    for _ in range(3):
+        proxy = ProxyProcess(sink_url, limit_mb, first=small)
+        times.append(proxy.first)
+        proxy.close()
+    print(f"\nfrom starting the proxy to the answer of its first request ({len(small) // 1024} KB),"
+          f" sent as soon as the port accepts it: median of 3 {statistics.median(times):.2f} s")
+
+
 def wait_table(sink_url: str, wait_mb: float, limit_mb: int, pause: float) -> None:
     proxy = ProxyProcess(sink_url, limit_mb)
     small = anthropic_body(anthropic_turn(1)[:1], "small-conversation")
@@ -158,7 +181,9 @@ def main() -> None:
     with Served(Sink()) as sink:
         if args.sizes != [0]:
             sizes_table(sink.url, args.sizes, args.limit_mb)
-        wait_table(sink.url, args.wait_mb, args.limit_mb, args.pause)
+        if args.wait_mb > 0:
+            wait_table(sink.url, args.wait_mb, args.limit_mb, args.pause)
+        first_table(sink.url, args.limit_mb)
 
 
 if __name__ == "__main__":
