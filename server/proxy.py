@@ -187,6 +187,7 @@ class Proxy:
         value = body.value
         conversation = value[api.field]
         session = wire.conversation_key(api, value, headers)
+        self.bodies.remember(session, body)  # the next body of it is read from where it differs
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
@@ -196,7 +197,6 @@ class Proxy:
                       else list(system or [])) + pinned
         reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
                             model=model, usage=self._usage.get(session))
-        self.bodies.remember(session, body)
         window = reply["messages"]
         unchanged = (len(window) == len(conversation)
                      and all(a is b for a, b in zip(window, conversation, strict=True)))

@@ -13,6 +13,7 @@ from context_paging.server.resent import Resent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import recorded_params
 from tests.test_proxy import Stack, make_home, tool_turn
 
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
@@ -162,6 +163,34 @@ def test_the_proxy_forwards_the_same_bytes_whether_it_reads_bodies_whole_or_not(
         paged = [r.body for r in fast.provider.requests]
         assert any(len(b) < len(raw) for b, raw in zip(paged, script(random.Random(seed)),
                                                            strict=True))
+    finally:
+        fast.close()
+        full.close()
+
+
+# --- the recorded sessions' requests, as their agents sent them ---------------------------------
+
+
+@pytest.mark.parametrize("path", [p for p in recorded_params()
+                                  if "claude-code" in str(p.values[0])
+                                  or "codex" in str(p.values[0])])
+def test_recorded_sessions_requests_page_to_the_same_bytes_read_whole_or_not(tmp_path, path):
+    from bench.proxy_bench import claude_requests, codex_requests
+
+    api = wire.ANTHROPIC if "claude-code" in str(path) else wire.RESPONSES
+    requests = (claude_requests if api is wire.ANTHROPIC else codex_requests)(path)
+    stacks = []
+    for name in ("fast", "full"):
+        (tmp_path / name).mkdir()
+        stacks.append(Stack(make_home(tmp_path / name, budget=6000)))
+    fast, full = stacks
+    full.proxy_app.bodies.read = wire.read_body
+    try:
+        for request in requests:
+            raw = json.dumps(request).encode()
+            fast_out = fast.proxy_app._page(api, raw, {})[0]  # what goes upstream
+            assert fast_out == full.proxy_app._page(api, raw, {})[0]
+        assert fast.proxy_app.bodies.reused >= len(requests) - 2
     finally:
         fast.close()
         full.close()
