@@ -234,8 +234,9 @@ def replay(api: str, turns: int, paging: bool) -> None:
           f"{whole_first * ms:.0f} ms; the same body again: {whole_again * ms:.0f} ms")
     print(f"last request: {sizes[-1]:.1f} MB in, {forwarded / (1 << 20):.2f} MB forwarded")
     ratio = percentile(added, .5) / percentile(hop_added, .5)
-    print(f"proxy added / plain hop added: p50 {ratio:.2f}x (goal <= 2), growth {slope(sizes, added) * ms:.2f} ms/MB (goal <= 2), first "
-          f"request through the proxy {proxied[0] * ms:.0f} ms (goal <= 1500)")
+    print(f"proxy added / plain hop added: p50 {ratio:.2f}x (goal <= 2), growth "
+          f"{slope(sizes, added) * ms:.2f} ms/MB (goal <= 2), first request through the proxy "
+          f"{proxied[0] * ms:.0f} ms (goal <= 1500)")
 
 
 def run_fixtures(budget: int, estimator: str, repeat: int, distill: bool) -> None:
