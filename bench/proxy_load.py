@@ -16,15 +16,19 @@ on ``PYTHONPATH`` is the code measured) in front of a provider that only counts
 
 ``--limit-mb`` sets ``paging.max_request_bytes`` (default 64, so every body here is paged);
 ``--limit-mb 32`` (the default setting) shows the 40 MB body streamed through unpaged.
+``--address-limit-mb N`` runs the proxy under that address-space limit (``--sizes 120
+--limit-mb 128 --address-limit-mb 1500``: a body that once crashed it).
 
     python bench/proxy_load.py [--sizes 1 10 40 | --sizes 0 (none)] [--limit-mb 64]
                                [--wait-mb 25 | --wait-mb 0 (none)] [--pause 0.25]
+                               [--address-limit-mb 1500]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -44,6 +48,7 @@ from bench.proxy_work import ANTHROPIC_HEADERS as HEADERS  # noqa: E402
 from tests.fake_provider import Served  # noqa: E402
 
 MB = 1 << 20
+ADDRESS_LIMIT: list[int] = []  # --address-limit-mb, for the proxy processes
 
 
 def memory(pid: int, field: str) -> int:
@@ -75,7 +80,7 @@ class ProxyProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "context_paging", "proxy", "--port", str(self.port),
              "--upstream-anthropic", upstream, "--upstream-openai", upstream],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_limited)
         started = time.perf_counter()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -110,6 +115,11 @@ class ProxyProcess:
         return err.decode(errors="replace")
 
 
+def _limited() -> None:
+    if ADDRESS_LIMIT:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_LIMIT[0], ADDRESS_LIMIT[0]))
+
+
 def post(url: str, raw: bytes) -> float:
     start = time.perf_counter()
     response = httpx.post(url + "/v1/messages", content=raw, headers=HEADERS, timeout=600)
@@ -126,6 +136,9 @@ def sizes_table(sink_url: str, sizes: list[float], limit_mb: int) -> None:
         try:
             took = post(proxy.url, raw)
             peak = proxy.peak()
+        except httpx.HTTPError as exc:
+            took, peak = float("nan"), 0
+            print(f"  the proxy failed: {type(exc).__name__}, exit code {proxy.process.poll()}")
         finally:
             err = proxy.close()
         direct = post(sink_url, raw)
@@ -172,9 +185,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 10, 40])
     parser.add_argument("--limit-mb", type=int, default=64)
     parser.add_argument("--wait-mb", type=float, default=25)
+    parser.add_argument("--address-limit-mb", type=int, default=0,
+                        help="run the proxy under this address-space limit (RLIMIT_AS)")
     parser.add_argument("--pause", type=float, default=0.25,
                         help="seconds between the other conversation's small requests")
     args = parser.parse_args()
+    if args.address_limit_mb:
+        ADDRESS_LIMIT.append(args.address_limit_mb * MB)
     import context_paging.server.proxy as code
 
     print(f"code: {Path(code.__file__).resolve().parent.parent}")
