@@ -187,3 +187,40 @@ def test_make_app_takes_paging_and_the_size_bound_from_the_settings(tmp_path):
         assert (app.paging, app.max_body) == (False, 12345)
     finally:
         history.close()
+
+
+def test_conversations_paged_at_once_get_the_windows_they_get_one_after_another(tmp_path):
+    """Four conversations, each growing over eight requests, sent from four threads at once
+    to one proxy, and one after another to another: every request's forwarded body is the
+    same (what conversations share is safe to share)."""
+    def script(name: str) -> list[bytes]:
+        return [body(name, turns=turns) for turns in range(4, 20, 2)]
+
+    names = ["alpha", "beta", "gamma", "delta"]
+    (tmp_path / "together").mkdir()
+    (tmp_path / "apart").mkdir()
+    together = Stack(make_home(tmp_path / "together", budget=1500))
+    apart = Stack(make_home(tmp_path / "apart", budget=1500))
+    try:
+        def run(name: str) -> None:
+            with httpx.Client(timeout=60) as client:
+                for raw in script(name):
+                    client.post(f"{together.url}/v1/messages", content=raw, headers=HEADERS)
+
+        threads = [threading.Thread(target=run, args=(name,)) for name in names]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        forwarded: dict[str, list[bytes]] = {name: [] for name in names}
+        for request in together.provider.requests:
+            session = json.loads(json.loads(request.body)["metadata"]["user_id"])["session_id"]
+            forwarded[session].append(request.body)
+        for name in names:
+            for raw, got in zip(script(name), forwarded[name], strict=True):
+                httpx.post(f"{apart.url}/v1/messages", content=raw, headers=HEADERS)
+                assert apart.provider.requests[-1].body == got
+            assert len(got) < len(raw)  # paged
+    finally:
+        together.close()
+        apart.close()
