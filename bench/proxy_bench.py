@@ -1,22 +1,19 @@
-"""The proxy on every recorded Claude Code and Codex session, next to plain JSON work, in one run.
+"""The proxy's added latency, next to the plain HTTP hop measured in the same run.
 
-Each fixture session is turned back into the requests its agent made: one request per model call
-(the conversation as it stood before that call), Claude Code's as Anthropic ``/v1/messages``
-bodies and Codex's as Responses ``/v1/responses`` bodies. Every request goes three ways against
-the same fake provider (a real HTTP server on loopback, tests/fake_provider.py), in turn:
+Default: upstream's bench workload (bench/proxy_work.py) replayed as 300 growing requests
+(53 KB to 15.9 MB), each sent in turn to the provider directly, through a plain pass-through on
+the proxy's own HTTP stack (the hop), and through the proxy as ``context-paging proxy`` builds it,
+with the default settings. Printed: p50/p95 of the time each adds to the direct request, its
+growth per MB of body (least squares), and the first request.
 
-* **direct** to the provider;
-* **proxied**: through ``context-paging proxy`` (ledger append, select_context, splice);
-* **hop**: through the proxy on a path it passes through untouched (``count_tokens``) minus the
-  same path direct — the cost of the extra HTTP hop alone.
+To compare with another checkout, copy this file and bench/proxy_work.py into it (``git
+archive <commit> | tar -x -C DIR``) and run it there with ``PYTHONPATH=DIR``.
 
-Added latency = proxied − direct, per request. It is printed next to the time to
-``json.loads`` + ``json.dumps`` the same body (the floor any proxy that edits JSON pays; the
-issue's goal is ≤ 1.5× that), and tokens sent upstream against tokens in the full history
-(characters/4 of the bodies).
+``--fixtures``: the older figure, every recorded Claude Code and Codex session turned back into
+its requests, next to ``json.loads`` + ``json.dumps`` of each body.
 
-    python bench/proxy_bench.py [--budget 16000] [--estimator chars4|tiktoken] [--repeat 1]
-                                [--no-distill]
+    python bench/proxy_bench.py [--api anthropic|responses] [--turns 300] [--paging-off]
+    python bench/proxy_bench.py --fixtures [--budget 16000] [--estimator chars4|tiktoken]
 """
 
 from __future__ import annotations
@@ -164,7 +161,85 @@ def timed(client: httpx.Client, url: str, raw: bytes, headers: dict) -> float:
     return elapsed
 
 
-def run(budget: int, estimator: str, repeat: int, distill: bool) -> None:
+def slope(sizes: list[float], values: list[float]) -> float:
+    """Least-squares growth of ``values`` per unit of ``sizes``."""
+    n = len(sizes)
+    mean_x, mean_y = sum(sizes) / n, sum(values) / n
+    spread = sum((x - mean_x) ** 2 for x in sizes)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, values, strict=True)) / spread
+
+
+def replay(api: str, turns: int, paging: bool) -> None:
+    """Upstream's workload as growing requests, three ways in turn per request: direct to the
+    provider, through the plain hop, through the proxy (``make_app``, the real command's app)."""
+    import argparse as _argparse
+
+    from bench.proxy_work import Hop, Sink, growing, headers_of, path_of
+    from context_paging.server.proxy_cli import make_app
+
+    def fresh_proxy(upstream: str):
+        work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
+        home, empty = work / "home", work / "none"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
+            f'[paging]\nenabled = {"true" if paging else "false"}\n')
+        args = _argparse.Namespace(upstream_anthropic=upstream, upstream_openai=upstream)
+        app, history = make_app(load_settings(home=str(home)), args)
+        return Served(app, lifespan="on"), history
+
+    provider = Sink()
+    sink = Served(provider)
+    hop = Served(Hop(sink.url), lifespan="off")
+    proxy, history = fresh_proxy(sink.url)
+    route, headers = path_of(api), headers_of(api)
+    sizes, direct, hopped, proxied = [], [], [], []
+    with httpx.Client(timeout=600) as client:
+        for raw in growing(api, turns):
+            sizes.append(len(raw) / (1 << 20))
+            proxied.append(timed(client, proxy.url + route, raw, headers))
+            forwarded = provider.sizes[-1]
+            direct.append(timed(client, sink.url + route, raw, headers))
+            hopped.append(timed(client, hop.url + route, raw, headers))
+        proxy.close()
+        history.close()
+        # The whole conversation as the first request a fresh proxy sees (after a restart).
+        proxy, history = fresh_proxy(sink.url)
+        whole_first = timed(client, proxy.url + route, raw, headers)
+        whole_again = timed(client, proxy.url + route, raw, headers)
+    proxy.close()
+    hop.close()
+    sink.close()
+    history.close()
+    added = [p - d for p, d in zip(proxied, direct, strict=True)]
+    hop_added = [h - d for h, d in zip(hopped, direct, strict=True)]
+    ms = 1000
+    import context_paging.server.proxy as code
+
+    print(f"code: {Path(code.__file__).resolve().parent.parent}")
+    print(f"upstream's workload as {len(sizes)} growing {api} requests "
+          f"({sizes[0] * 1024:.0f} KB to {sizes[-1]:.1f} MB), paging {'on' if paging else 'off'}"
+          ", default settings; ms per request")
+    print(f"{'':<22} {'p50':>8} {'p95':>8} {'ms/MB':>7} {'first':>8}")
+    for label, values in (("direct to provider", direct), ("plain hop, added", hop_added),
+                          ("proxy, added", added)):
+        print(f"{label:<22} {percentile(values, .5) * ms:>8.1f} "
+              f"{percentile(values, .95) * ms:>8.1f} {slope(sizes, values) * ms:>7.2f} "
+              f"{values[0] * ms:>8.1f}")
+    work_only = [a - h for a, h in zip(added, hop_added, strict=True)]
+    print(f"{'paging work alone':<22} {percentile(work_only, .5) * ms:>8.1f} "
+          f"{percentile(work_only, .95) * ms:>8.1f} {slope(sizes, work_only) * ms:>7.2f} "
+          f"{work_only[0] * ms:>8.1f}   (proxy added - plain hop added)")
+    print(f"the last body ({sizes[-1]:.1f} MB) as a fresh proxy's first request: "
+          f"{whole_first * ms:.0f} ms; the same body again: {whole_again * ms:.0f} ms")
+    print(f"last request: {sizes[-1]:.1f} MB in, {forwarded / (1 << 20):.2f} MB forwarded")
+    ratio = percentile(added, .5) / percentile(hop_added, .5)
+    print(f"proxy added / plain hop added: p50 {ratio:.2f}x (goal <= 2), growth "
+          f"{slope(sizes, added) * ms:.2f} ms/MB (goal <= 2), first request through the proxy "
+          f"{proxied[0] * ms:.0f} ms (goal <= 1500)")
+
+
+def run_fixtures(budget: int, estimator: str, repeat: int, distill: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     home = work / "home"
     home.mkdir()
@@ -247,12 +322,20 @@ def run(budget: int, estimator: str, repeat: int, distill: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--api", choices=("anthropic", "responses"), default="anthropic")
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--paging-off", action="store_true", help="paging.enabled = false")
+    parser.add_argument("--fixtures", action="store_true",
+                        help="replay the recorded sessions instead (the older figure)")
     parser.add_argument("--budget", type=int, default=16_000)
     parser.add_argument("--estimator", choices=("chars4", "tiktoken"), default="chars4")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-distill", action="store_true", help="paging only")
     args = parser.parse_args()
-    run(args.budget, args.estimator, args.repeat, not args.no_distill)
+    if args.fixtures:
+        run_fixtures(args.budget, args.estimator, args.repeat, not args.no_distill)
+    else:
+        replay(args.api, args.turns, not args.paging_off)
 
 
 if __name__ == "__main__":

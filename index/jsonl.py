@@ -25,6 +25,8 @@ import stat as stat_module
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from context_paging.index.canonical import ORJSON_MAX_STRING
+
 try:
     import orjson
 except ImportError:  # optional speed-up: the json module writes an equivalent line
@@ -117,12 +119,16 @@ _JSON_LEAVES = (str, int, bool, type(None))
 def _orjson_alike(value: Any) -> bool:
     """Only dicts, lists, tuples, str, int, bool, None and finite floats, of exactly those types
     (an enum, a subclass or any other object goes to the json module, which writes or refuses
-    it as it always did). Walks the containers only: long strings cost nothing here."""
+    it as it always did), and no string longer than ``ORJSON_MAX_STRING`` (orjson's memory for
+    it: index/canonical.py). Walks the containers only: long strings cost nothing here."""
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
-        if kind is dict:
+        if kind is str:
+            if len(item) > ORJSON_MAX_STRING:
+                return False
+        elif kind is dict:
             stack.extend(item.values())
         elif kind is list or kind is tuple:
             stack.extend(item)

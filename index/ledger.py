@@ -506,15 +506,17 @@ class Ledger:
         # sees many sessions keeps only the last OPEN_SESSIONS (a session dropped is read from
         # its file again when it comes back; the file is the truth, as for another process).
         self._sessions: OrderedDict[str, LedgerSession] = OrderedDict()
+        self._open_lock = threading.Lock()  # the table above: calls of several sessions at once
 
     def session(self, ref: str) -> LedgerSession:
         name = check_session_id(ref)
-        session = self._sessions.get(name)
-        if session is None:
-            session = self._sessions[name] = LedgerSession(self.directory, name)
-            self._forget_oldest()
-        else:
-            self._sessions.move_to_end(name)
+        with self._open_lock:
+            session = self._sessions.get(name)
+            if session is None:
+                session = self._sessions[name] = LedgerSession(self.directory, name)
+                self._forget_oldest()
+            else:
+                self._sessions.move_to_end(name)
         session.refresh()
         return session
 

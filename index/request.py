@@ -18,6 +18,7 @@ Two ways to avoid paying for the whole history on every call (docs/architecture.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -163,15 +164,18 @@ class FingerprintMemo:
     def __init__(self) -> None:
         self._last: OrderedDict[str, tuple[Sequence[Any], list[str | None]]] = OrderedDict()
         self._by_id: dict[str, str] = {}  # stored message id -> its fingerprint
+        # Calls of different sessions run at once (index/gate.py): the tables change under it.
+        self._lock = threading.Lock()
 
     def remember(self, ids: Sequence[str | None], prints: Sequence[str | None]) -> None:
         """Stored ids and their fingerprints, for later ``after_id`` requests."""
-        if len(self._by_id) > IDS:
-            self._by_id.clear()
-        # In C: an id is None exactly when its fingerprint is (outgoing only), so the one
-        # pair that is not an id's is (None, None), taken out again.
-        self._by_id.update(zip(ids, prints, strict=True))
-        self._by_id.pop(None, None)  # type: ignore[call-overload]
+        with self._lock:
+            if len(self._by_id) > IDS:
+                self._by_id.clear()
+            # In C: an id is None exactly when its fingerprint is (outgoing only), so the one
+            # pair that is not an id's is (None, None), taken out again.
+            self._by_id.update(zip(ids, prints, strict=True))
+            self._by_id.pop(None, None)  # type: ignore[call-overload]
 
     def fingerprints(self, session: str, messages: Sequence[Any], skip: Collection[int],
                      stored: Sequence[str] = ()) -> list[str | None]:
@@ -198,10 +202,12 @@ class FingerprintMemo:
             out = [None if i in skip else p or fingerprint(messages[i])
                    for i, p in enumerate(out)]
         out += _fingerprints(messages, reused, skip)
-        self._last[session] = ([*previous[:reused], *map(strict, messages[reused:])], out)
-        self._last.move_to_end(session)
-        while len(self._last) > SESSIONS:
-            self._last.popitem(last=False)
+        snapshot = ([*previous[:reused], *map(strict, messages[reused:])], out)
+        with self._lock:
+            self._last.pop(session, None)
+            self._last[session] = snapshot
+            while len(self._last) > SESSIONS:
+                self._last.popitem(last=False)
         return out
 
 

@@ -26,6 +26,7 @@ from context_paging.index.discovery import (
     iter_session_files,
     resolve,
 )
+from context_paging.index.gate import Gate
 from context_paging.index.history import HistoryItem, block_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
@@ -90,6 +91,8 @@ class History:
         self._context_settings = context_settings or ContextSettings()
         self._count_text = count_text
         self._context: ContextService | None = None
+        self._making = threading.Lock()
+        self.gate = Gate()
         self._syncing: dict[str, threading.Thread] = {}
         self._lengths: dict[str, dict] = {}  # per session: item lengths and stand-ins (scan)
         self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
@@ -98,19 +101,31 @@ class History:
     def context(self) -> ContextService:
         """The select_context service; the tokenizer is loaded on first use."""
         if self._context is None:
-            counter = self._count_text() if self._count_text else None
-            self._context = ContextService(self.ledger, self._context_settings, counter)
+            with self._making:
+                if self._context is None:
+                    counter = self._count_text() if self._count_text else None
+                    self._context = ContextService(self.ledger, self._context_settings, counter)
         return self._context
 
     def select_context(self, session: str, messages: Sequence[Any], **kwargs: Any) -> dict:
-        reply = self.context.select(session, messages, **kwargs)
+        """``ContextService.select``; calls may come from several threads at once (the
+        proxy's): each session's run one at a time, different sessions' side by side
+        (index/gate.py)."""
+        context = self.context  # made once, before any call can race to make it
+        with self.gate.session(str(session).removeprefix("ledger:")):
+            reply = context.select(session, messages, **kwargs)
         self.current_session = f"ledger:{check_session_id(session)}"
         return reply
 
     def idle(self, seconds: float | None = None, stop: Callable[[], bool] | None = None) -> bool:
         """Spare time after a select_context reply (``ContextService.idle``): True while work
-        is left."""
-        return self.context.idle(seconds, stop)
+        is left. It runs only while no select_context call runs or waits."""
+        if not self.gate.acquire():
+            return True
+        try:
+            return self.context.idle(seconds, stop)
+        finally:
+            self.gate.release()
 
     def distill_plan(self, session: str, messages: Sequence[Any], fmt: str = "auto",
                      ephemeral: Sequence[int] = (), model: str | None = None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -136,6 +137,7 @@ class ContextService:
         self.latest: dict[str, dict[str, Any]] = {}  # per session: the last reply's figures
         self._fingerprints = FingerprintMemo()
         self._requests: OrderedDict[str, Request] = OrderedDict()  # per session: the last one
+        self._shared = threading.Lock()
         # The reference path: count every message exactly before selecting (as before the
         # window-proportional counting); tests compare the two.
         self.reference = False
@@ -216,11 +218,11 @@ class ContextService:
         ledger.append(request.messages, request.ids, request.format, durable=False)
         self._fingerprints.remember(request.ids, request.fingerprints)
         # The next request of the session reuses what this one derived for their shared start.
-        self._retire(self._requests.get(ledger.ref))
-        self._requests[ledger.ref] = request
-        self._requests.move_to_end(ledger.ref)
-        while len(self._requests) > _REQUESTS:
-            self._requests.popitem(last=False)
+        with self._shared:  # calls of other sessions change the table too (index/gate.py)
+            self._retire(self._requests.pop(ledger.ref, None))
+            self._requests[ledger.ref] = request
+            while len(self._requests) > _REQUESTS:
+                self._requests.popitem(last=False)
         return ledger
 
     def begin(self, ledger: LedgerSession, request: Request, system: Any, tools: Any,

@@ -18,6 +18,7 @@ the window is rendered.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -104,6 +105,7 @@ class Distiller:
         # starts, counts, each run's calls and candidates …): extended by the next pass when
         # that conversation starts with the same messages. Taken out while a pass uses it.
         self._scans: OrderedDict[Any, Scan] = OrderedDict()
+        self._lock = threading.Lock()
         self.keep_scans = True  # False: every pass walks the whole conversation (benches)
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
@@ -119,9 +121,10 @@ class Distiller:
         decisions = ledger.decisions
         key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
                provider, reach)
-        if key in self._plans:
-            self._plans.move_to_end(key)
-            return self._plans[key]
+        with self._lock:  # calls of several sessions at once (index/gate.py)
+            if key in self._plans:
+                self._plans.move_to_end(key)
+                return self._plans[key]
         if prior is None:
             prior = changed(entries, decisions)
         shown = applied(entries, prior)
@@ -139,9 +142,10 @@ class Distiller:
             self._scans[ledger.ref] = scan
             while len(self._scans) > SCANS:
                 self._scans.popitem(last=False)
-        self._plans[key] = plan
-        while len(self._plans) > PLAN_CACHE:
-            self._plans.popitem(last=False)
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > PLAN_CACHE:
+                self._plans.popitem(last=False)
         return plan
 
     def reads(self, entries: Sequence[Entry], changes: Mapping[int, Any],

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
@@ -53,6 +54,7 @@ class Estimates:
         # Texts every call counts again: the system prompt and tools, the frozen notice (sent
         # unchanged until the cut advances). Counted once per distinct text.
         self._texts: OrderedDict[tuple[str, ...], float] = OrderedDict()
+        self._lock = threading.Lock()
 
     def message(self, message: dict[str, Any]) -> float:
         if self.count_text is None:
@@ -76,11 +78,12 @@ class Estimates:
     def _text(self, key: tuple[str, ...], count: Callable[[], float]) -> float:
         value = self._texts.get(key)
         if value is None:
-            value = self._texts[key] = count()
+            value = count()
+        with self._lock:  # calls of several sessions at once (index/gate.py)
+            self._texts.pop(key, None)
+            self._texts[key] = value
             if len(self._texts) > TEXT_CACHE:
                 self._texts.popitem(last=False)
-        else:
-            self._texts.move_to_end(key)
         return value
 
     def views(self, request: Request, distilled: Mapping[int, Any], reach: float | None = None,
@@ -129,7 +132,7 @@ class Estimates:
     def prefetch(self, request: Request) -> None:
         """Start counting the newest large views the cache lacks on the helper thread, when a
         core is free for it. Results no call took are dropped at the next prefetch."""
-        for future in self._pending.values():
+        for future in list(self._pending.values()):  # another session's call may pop one
             future.cancel()  # not started yet: never started (a started one just finishes)
         self._pending = {}
         if self.count_text is None or self.spare is None or not self.spare():

@@ -13,6 +13,12 @@ its body reach the agent as the provider sent them.
 
 It fails open: an unknown body shape, a compressed body, disabled paging or any internal error
 sends the original bytes and logs one line on stderr. Headers are never logged or stored.
+
+Limits and concurrency (docs/proxy.md, "Limits, concurrency and large bodies"): a body over
+``paging.max_request_bytes`` is streamed to the provider as it arrives, unpaged and unrecorded;
+with paging disabled every body is. Paging runs on a worker thread; requests of different
+conversations are paged at once (``History.select_context`` serializes each conversation's own),
+and a body that resends an earlier one is read from where it differs (server/resent.py).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import logging
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,7 @@ from context_paging.server.conversations import Chains
 from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, HEALTH_PATH
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
+from context_paging.server.resent import Resent
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -48,6 +55,7 @@ _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"tr
 _HOP_REPLY = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
                         b"upgrade", b"proxy-connection"})
 PREVIOUS_BODIES = 32
+MAX_BODY = 32 * 1024 * 1024  # paging.max_request_bytes' default (server/config.py)
 
 
 @dataclass(frozen=True)
@@ -68,22 +76,27 @@ Select = Callable[..., dict[str, Any]]
 
 class Proxy:
     """The ASGI app. ``select`` is ``History.select_context`` (one pipeline for tool and proxy);
-    it runs in a worker thread, one call at a time, since the ledger and caches are shared."""
+    it runs in a worker thread, calls of different conversations at once. ``paging`` false:
+    every request passes through unread. ``max_body``: larger bodies are streamed through."""
 
     def __init__(self, select: Select, upstreams: Upstreams, proxy_log: ProxyLog | None = None,
                  client: httpx.AsyncClient | None = None,
-                 idle: Callable[[float, Callable[[], bool]], bool] | None = None) -> None:
+                 idle: Callable[[float, Callable[[], bool]], bool] | None = None,
+                 paging: bool = True, max_body: int = MAX_BODY) -> None:
         self.select = select
         self.upstreams = upstreams
         self.log = proxy_log
+        self.paging = paging
+        self.max_body = max_body
+        self.bodies = Resent()
         self.client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(600.0, connect=30.0), follow_redirects=False, trust_env=False,
             transport=httpx.AsyncHTTPTransport(
                 trust_env=False, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]))
-        self._lock = threading.Lock()
         # ``History.idle``: spare-time counting after each paged request, while the provider
-        # answers (server/idle.py), yielding the lock to the next request.
-        self._idler = None if idle is None else Idler(idle, self._lock)
+        # answers (server/idle.py); it stops at its next count when a request comes, and runs
+        # only while no conversation is being paged (``History.idle`` asks its gate).
+        self._idler = None if idle is None else Idler(idle, threading.Lock())
         self._log_lock = threading.Lock()
         self._previous: OrderedDict[str, bytes] = OrderedDict()
         # per conversation: the provider's usage for the latest reply, which the next request
@@ -105,10 +118,10 @@ class Proxy:
             await Response(wire.dumps({"service": "context-paging proxy"}).encode(),
                            media_type="application/json")(scope, receive, send)
             return
-        body = await request.body()
-        api = wire.route(request.method, request.url.path)
+        api = wire.route(request.method, request.url.path) if self.paging else None
+        body = await self._body(request, api)
         note, session = None, None
-        if api is not None:
+        if api is not None and isinstance(body, bytes):
             body, note, session = await anyio.to_thread.run_sync(
                 self._page, api, body, request.headers)
         async with anyio.create_task_group() as group:
@@ -117,6 +130,29 @@ class Proxy:
             tap = (session, api) if api is not None and session is not None else None
             response = await self._forward(request, body, tap)
         await response(scope, receive, send)
+
+    async def _body(self, request: Request,
+                    api: wire.Api | None) -> bytes | AsyncIterator[bytes]:
+        """The body read whole when it is to be paged and within ``max_body``; else the body
+        as it arrives (read no further than ``max_body``: what was read goes first)."""
+        if api is None:
+            bodiless = not ({"content-length", "transfer-encoding"} & set(request.headers))
+            return b"" if bodiless else request.stream()
+        declared = request.headers.get("content-length", "")
+        chunks: list[bytes] = []
+        stream = request.stream()
+        if not (declared.isdigit() and int(declared) > self.max_body):
+            size = 0
+            async for chunk in stream:
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > self.max_body:
+                    break
+            else:
+                return b"".join(chunks)
+        log.warning("proxy: %s body over paging.max_request_bytes (%d bytes); streamed through "
+                    "unpaged and unrecorded", api.name, self.max_body)
+        return _joined(chunks, stream)
 
     # --- the conversation -------------------------------------------------------------------
 
@@ -132,14 +168,10 @@ class Proxy:
             if self._idler is not None:
                 self._idler.enter()  # idle work under way stops at its next count
             try:
-                self._lock.acquire()
+                paged = self._paged(api, raw, headers)
             finally:
                 if self._idler is not None:
                     self._idler.leave()
-            try:
-                paged = self._paged(api, raw, headers)
-            finally:
-                self._lock.release()
             if self._idler is not None:
                 self._idler.due()
             return paged
@@ -156,10 +188,11 @@ class Proxy:
 
     def _paged(self, api: wire.Api, raw: bytes,
                headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str]:
-        body = wire.read_body(raw, api.field)
+        body = self.bodies.read(raw, api.field)  # only what follows an earlier body's bytes
         value = body.value
         conversation = value[api.field]
         session = self._conversation(api, body, headers)
+        self.bodies.remember(session, body)  # the next body of it is read from where it differs
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
@@ -223,11 +256,14 @@ class Proxy:
 
     # --- forwarding -------------------------------------------------------------------------
 
-    async def _forward(self, request: Request, body: bytes,
+    async def _forward(self, request: Request, body: bytes | AsyncIterator[bytes],
                        tap: tuple[str, wire.Api] | None = None) -> Response:
         base = self.upstreams.for_request(request.url.path, request.headers)
+        headers = _forwarded_headers(request.headers.raw)
+        if not isinstance(body, bytes):  # streamed: the length it declared, else chunked
+            headers += [(k, v) for k, v in request.headers.raw if k.lower() == b"content-length"]
         upstream = httpx.Request(request.method, base + _target(request.scope),
-                                 headers=_forwarded_headers(request.headers.raw), content=body)
+                                 headers=headers, content=body)
         try:  # sent as built: no client defaults (Accept, Accept-Encoding, User-Agent) added
             reply = await self.client.send(upstream, stream=True)
         except httpx.HTTPError as exc:
@@ -296,6 +332,13 @@ async def _relayed(chunks: Any, base: str) -> Any:
         log.warning("proxy: %s broke off its reply mid-stream (%s); the agent's connection is "
                     "closed", base, type(exc).__name__)
         raise UpstreamBroken(type(exc).__name__) from None
+
+
+async def _joined(first: list[bytes], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    for chunk in first:
+        yield chunk
+    async for chunk in rest:
+        yield chunk
 
 
 def _pinned_context(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:

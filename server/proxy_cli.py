@@ -82,7 +82,8 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     history.context  # noqa: B018  # load the tokenizer now, not during the first request
     upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai)
     return Proxy(history.select_context, upstreams, ProxyLog(settings.home),
-                 idle=history.idle), history
+                 idle=history.idle, paging=settings.get("paging", "enabled"),
+                 max_body=settings.get("paging", "max_request_bytes")), history
 
 
 class _Quiet(logging.Filter):

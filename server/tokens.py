@@ -45,6 +45,8 @@ def text_counter() -> Callable[[str], int] | None:
         return None
 
     def whole(text: str) -> int:
+        if len(text) > PIECE_CHARS:  # the token list of a 10 MB text alone is 100 MB
+            return sum(len(encoding.encode_ordinary(piece)) for piece in pieces(text))
         return len(encoding.encode_ordinary(text))
 
     if cores() < 2:
@@ -115,6 +117,22 @@ def split_point(text: str) -> int | None:
         return None
     point = found.end()
     return point if len(text) // 4 <= point <= 3 * len(text) // 4 else None
+
+
+# A text longer than this is counted piece by piece, each piece cut at a split point (so the sum
+# is the whole count): tiktoken's list of a text's tokens takes about ten bytes per character.
+PIECE_CHARS = 1 << 20
+
+
+def pieces(text: str, most: int = PIECE_CHARS) -> list[str]:
+    """``text`` cut at :func:`split_point` positions until each piece is at most ``most``
+    characters, or has no split point: counted apart, the pieces give the whole count."""
+    if len(text) <= most:
+        return [text]
+    point = split_point(text)
+    if point is None:
+        return [text]
+    return pieces(text[:point], most) + pieces(text[point:], most)
 
 
 def _count_split(whole: Callable[[str], int], helper: ThreadPoolExecutor, text: str) -> int:

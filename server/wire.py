@@ -77,11 +77,11 @@ def route(method: str, path: str) -> Api | None:
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A JSON request body read once: its text, its value, and where things are in the text."""
+    """A JSON request body read once: its bytes, its value, and where things are in the bytes."""
 
-    text: str
+    raw: bytes
     value: dict[str, Any]
-    spans: Mapping[str, tuple[int, int]]  # top-level key -> (start, end) of its value
+    spans: Mapping[str, tuple[int, int]]  # top-level key -> (start, end) of its value, in bytes
     items: tuple[tuple[int, int], ...]  # the conversation array's elements, (start, end)
     # repr of a float read -> its first spelling in the body where the two differ, so a
     # changed message keeps it
@@ -91,26 +91,61 @@ class Body:
 def read_body(raw: bytes, field: str) -> Body:
     """Parse a request body, keeping the spans :func:`splice` needs. ShapeError if it is not an
     object whose ``field`` is an array of objects."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ShapeError("body is not UTF-8 JSON") from exc
+    text = decode(raw)
     numbers: dict[str, str] = {}
+    try:
+        value, spans, items = _scan_object(text, field, spelling_decoder(numbers))
+    except ValueError as exc:  # JSONDecodeError included
+        raise ShapeError(f"body is not a JSON object: {exc}") from None
+    return checked(raw, value, *in_bytes(text, raw, spans, items), field, numbers)
+
+
+def spelling_decoder(numbers: dict[str, str]) -> json.JSONDecoder:
+    """A decoder that notes in ``numbers`` each float spelled otherwise than ``repr`` gives it
+    back (``1.0E2``, ``1.5e400``), so :func:`strict` can write it as the agent did."""
 
     def number(spelled: str) -> float:
         value = float(spelled)
-        if repr(value) != spelled:  # only spellings json.dumps would not give back
+        if repr(value) != spelled:
             numbers.setdefault(repr(value), spelled)
         return value
 
+    return json.JSONDecoder(parse_float=number)
+
+
+def decode(raw: bytes) -> str:
     try:
-        value, spans, items = _scan_object(text, field, json.JSONDecoder(parse_float=number))
-    except ValueError as exc:  # JSONDecodeError included
-        raise ShapeError(f"body is not a JSON object: {exc}") from None
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ShapeError("body is not UTF-8 JSON") from exc
+
+
+def checked(raw: bytes, value: dict[str, Any], spans: dict[str, tuple[int, int]],
+            items: tuple[tuple[int, int], ...], field: str,
+            numbers: Mapping[str, str] = _NO_NUMBERS) -> Body:
     conversation = value.get(field)
     if not isinstance(conversation, list) or not all(isinstance(m, dict) for m in conversation):
         raise ShapeError(f"no {field!r} array of objects")
-    return Body(text, value, spans, items, numbers)
+    return Body(raw, value, spans, items, dict(numbers))
+
+
+def in_bytes(text: str, raw: bytes, spans: dict[str, tuple[int, int]],
+             items: tuple[tuple[int, int], ...], shift: int = 0,
+             ) -> tuple[dict[str, tuple[int, int]], tuple[tuple[int, int], ...]]:
+    """Character spans of ``text`` as byte spans of ``raw`` (its UTF-8), moved by ``shift``:
+    the same numbers for ASCII text, else counted through one encoding of the text's pieces."""
+    if len(text) == len(raw):
+        if not shift:
+            return spans, items
+        return ({k: (a + shift, b + shift) for k, (a, b) in spans.items()},
+                tuple((a + shift, b + shift) for a, b in items))
+    offsets = sorted({x for pair in (*spans.values(), *items) for x in pair})
+    where, at, size = {}, 0, shift
+    for offset in offsets:
+        size += len(text[at:offset].encode("utf-8"))
+        where[offset], at = size, offset
+    return ({k: (where[a], where[b]) for k, (a, b) in spans.items()},
+            tuple((where[a], where[b]) for a, b in items))
 
 
 def _scan_object(text: str, field: str,
@@ -120,10 +155,17 @@ def _scan_object(text: str, field: str,
         raise ValueError("not an object")
     value: dict[str, Any] = {}
     spans: dict[str, tuple[int, int]] = {}
-    items: tuple[tuple[int, int], ...] = ()
     at = _WS.match(text, at + 1).end()
     if text[at:at + 1] == "}":
-        return value, spans, items
+        return value, spans, ()
+    return scan_members(text, at, field, value, spans, (), decoder)
+
+
+def scan_members(text: str, at: int, field: str, value: dict[str, Any],
+                 spans: dict[str, tuple[int, int]], items: Any,
+                 decoder: json.JSONDecoder = _DECODER) -> tuple[dict, dict, Any]:
+    """The object's members from ``at`` (a key) to its end, into ``value`` and ``spans``;
+    ``items``: the conversation array's element spans, as found (else as given)."""
     while True:
         key, at = decoder.raw_decode(text, at)
         if not isinstance(key, str):
@@ -133,35 +175,51 @@ def _scan_object(text: str, field: str,
             raise ValueError("expected ':'")
         start = _WS.match(text, at + 1).end()
         if key == field and text[start:start + 1] == "[":
-            item, end, items = _scan_array(text, start, decoder)
+            item, end, found = scan_elements(text, start + 1, False, decoder)
+            items = tuple(found)
         else:
             item, end = decoder.raw_decode(text, start)
         value[key] = item
         spans[key] = (start, end)
-        at = _WS.match(text, end).end()
-        if text[at:at + 1] == "}":
-            if _WS.match(text, at + 1).end() != len(text):
-                raise ValueError("extra data after the object")
+        at = after_member(text, end)
+        if at is None:
             return value, spans, items
-        if text[at:at + 1] != ",":
-            raise ValueError("expected ',' or '}'")
-        at = _WS.match(text, at + 1).end()
 
 
-def _scan_array(text: str, start: int,
-                decoder: json.JSONDecoder) -> tuple[list, int, tuple[tuple[int, int], ...]]:
+def after_member(text: str, end: int) -> int | None:
+    """Past a member's value: the next key's position, or None at the object's end."""
+    at = _WS.match(text, end).end()
+    if text[at:at + 1] == "}":
+        if _WS.match(text, at + 1).end() != len(text):
+            raise ValueError("extra data after the object")
+        return None
+    if text[at:at + 1] != ",":
+        raise ValueError("expected ',' or '}'")
+    return _WS.match(text, at + 1).end()
+
+
+def scan_elements(text: str, at: int, after: bool, decoder: json.JSONDecoder = _DECODER,
+                  ) -> tuple[list, int, list[tuple[int, int]]]:
+    """An array's elements from ``at``, just past its ``[`` or, ``after``, just past an
+    element: their values, the array's end, their spans."""
     out: list[Any] = []
     spans: list[tuple[int, int]] = []
-    at = _WS.match(text, start + 1).end()
-    if text[at:at + 1] == "]":
-        return out, at + 1, ()
+    at = _WS.match(text, at).end()
+    if after:
+        if text[at:at + 1] == "]":
+            return out, at + 1, spans
+        if text[at:at + 1] != ",":
+            raise ValueError("expected ',' or ']' in the conversation array")
+        at = _WS.match(text, at + 1).end()
+    elif text[at:at + 1] == "]":
+        return out, at + 1, spans
     while True:
         item, end = decoder.raw_decode(text, at)
         out.append(item)
         spans.append((at, end))
         at = _WS.match(text, end).end()
         if text[at:at + 1] == "]":
-            return out, at + 1, tuple(spans)
+            return out, at + 1, spans
         if text[at:at + 1] != ",":
             raise ValueError("expected ',' or ']' in the conversation array")
         at = _WS.match(text, at + 1).end()
@@ -200,13 +258,13 @@ def splice(body: Body, field: str, window: Sequence[dict[str, Any]]) -> bytes:
     message the window kept unchanged (the same object) as its original bytes."""
     original = body.value[field]
     where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+    raw = body.raw
     parts = []
     for message in window:
         span = where.get(id(message))
-        parts.append(body.text[span[0]:span[1]] if span else strict(message, body.numbers))
+        parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
     start, end = body.spans[field]
-    text = body.text[:start] + "[" + ",".join(parts) + "]" + body.text[end:]
-    return text.encode("utf-8")
+    return b"".join((raw[:start], b"[", b",".join(parts), b"]", raw[end:]))
 
 
 # --- conversation keys --------------------------------------------------------------------------

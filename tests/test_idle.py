@@ -158,8 +158,7 @@ def test_the_proxy_counts_ahead_after_paging_a_request(tmp_path):
     try:
         history = stack.history
         stack.proxy_app._idler = Idler(
-            lambda seconds, stop: calls.append(history.idle(seconds, stop)),
-            stack.proxy_app._lock)
+            lambda seconds, stop: calls.append(history.idle(seconds, stop)), threading.Lock())
         stack.anthropic().messages.create(
             model="claude-test", max_tokens=10,
             messages=[{"role": "user", "content": "hello " * 50}])

@@ -160,7 +160,7 @@ def test_a_long_claude_code_conversation_pages_and_keeps_its_prefix_until_the_cu
             advances += 1
             continue
         end = before.spans["messages"][1] - 1  # up to the closing bracket
-        assert after.text[:end] == before.text[:end]
+        assert after.raw[:end] == before.raw[:end]
     assert 1 <= advances <= len(bodies) // 4  # cut rarely, in big steps
     # the whole conversation stays in the ledger: the first evicted output is one call away
     found = stack.history.search("marker-turn-0", ledger, "session", (), (), None, 3)
@@ -215,12 +215,12 @@ def test_system_tools_and_every_other_field_reach_the_provider_byte_for_byte(sta
     assert got.body != raw  # paged
     before, after = wire.read_body(raw, "messages"), wire.read_body(got.body, "messages")
     for key in body.keys() - {"messages"}:
-        assert after.text[slice(*after.spans[key])] == before.text[slice(*before.spans[key])]
+        assert after.raw[slice(*after.spans[key])] == before.raw[slice(*before.spans[key])]
     assert list(after.value) == list(before.value)
     kept = after.value["messages"][1:]
     assert kept == before.value["messages"][-len(kept):]
     for item_span in after.items[1:]:  # kept messages are their original bytes
-        assert after.text[slice(*item_span)] in before.text
+        assert after.raw[slice(*item_span)] in before.raw
     assert got.headers["x-api-key"] == "sk-ant-secret"
     assert got.headers["anthropic-beta"] == "a-2025,b-2026"
     assert got.headers["anthropic-version"] == "2023-06-01"
@@ -397,4 +397,4 @@ def test_claude_codes_project_context_stays_after_its_first_message_leaves(stack
     for before, after in zip(raws, raws[1:], strict=False):
         if before.value["messages"][0] == after.value["messages"][0]:
             end = before.spans["messages"][1] - 1
-            assert after.text[:end] == before.text[:end]
+            assert after.raw[:end] == before.raw[:end]

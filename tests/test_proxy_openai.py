@@ -112,7 +112,7 @@ def test_a_codex_responses_conversation_pages_and_keeps_reasoning_with_its_turn(
             advances += 1
             continue
         end = before.spans["input"][1] - 1
-        assert after.text[:end] == before.text[:end]
+        assert after.raw[:end] == before.raw[:end]
     assert 1 <= advances <= len(bodies) // 3
     assert upstream[-1].headers["authorization"] == "Bearer sk-openai-test"
     assert upstream[-1].headers["session-id"] == THREAD

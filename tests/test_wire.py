@@ -40,14 +40,14 @@ def test_splicing_a_window_changes_only_the_conversation(rest, conversation, ind
     out = wire.splice(body, "messages", window)
     assert json.loads(out) == {**json.loads(raw), "messages": window}
     start, end = body.spans["messages"]
-    text, spliced = raw.decode(), wire.read_body(out, "messages")
-    # every character outside the array is as received
-    assert spliced.text[:start] == text[:start]
-    assert spliced.text[spliced.spans["messages"][1]:] == text[end:]
-    # kept messages are their original characters
+    spliced = wire.read_body(out, "messages")
+    # every byte outside the array is as received
+    assert spliced.raw[:start] == raw[:start]
+    assert spliced.raw[spliced.spans["messages"][1]:] == raw[end:]
+    # kept messages are their original bytes
     for i, span in zip(sorted(kept), spliced.items[1:], strict=True):
         original = body.items[i]
-        assert spliced.text[span[0]:span[1]] == text[original[0]:original[1]]
+        assert spliced.raw[span[0]:span[1]] == raw[original[0]:original[1]]
 
 
 @pytest.mark.parametrize("raw", [b"", b"null", b"[]", b'{"messages": {}}', b'{"messages": [1]}',

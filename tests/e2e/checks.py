@@ -80,8 +80,7 @@ def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[boo
     if not notice:
         return False, "messages left the window but no paging notice took their place"
     carriers = {_without_notice(m): i for i, m in enumerate(after) if NOTICE in m}
-    where = {m: i for i, m in reversed(list(enumerate(after)))}
-    place = [where.get(m, carriers.get(_without_notice(m))) for m in before]
+    place = _places(before, after, carriers)
     gone = [i for i, p in enumerate(place) if p is None]
     if not gone:
         return False, "nothing left the window, yet the conversation changed"
@@ -102,6 +101,30 @@ def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[boo
             return False, (f"message {index} changed: it holds tool call {sorted(reused)[0]!r} "
                            "of the previous request with other bytes")
     return True, f"{len(gone)} of the previous window's {len(before)} messages left"
+
+
+def _places(before: list[str], after: list[str], carriers: dict[str, int]) -> list[int | None]:
+    """Where each message of ``before`` stands in ``after``, or None when it left. Equal
+    messages (Claude Code repeats the same reminder) are matched in order, each occurrence
+    once: the n-th copy that stays is the n-th copy in ``after``."""
+    where: dict[str, list[int]] = {}
+    for index, message in enumerate(after):
+        where.setdefault(message, []).append(index)
+    taken: dict[str, int] = {}
+    place: list[int | None] = []
+    for message in before:
+        copies = where.get(message, [])
+        # skip the copies a kept message before this one already stands at or after
+        floor = max((p for p in place if p is not None), default=-1)
+        n = taken.get(message, 0)
+        while n < len(copies) and copies[n] <= floor:
+            n += 1
+        if n < len(copies):
+            place.append(copies[n])
+            taken[message] = n + 1
+        else:
+            place.append(carriers.get(_without_notice(message)))
+    return place
 
 
 def _call_ids(message: str) -> set[str]:

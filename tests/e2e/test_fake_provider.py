@@ -272,6 +272,20 @@ def test_a_cut_past_the_previous_last_message_is_still_a_cut_advance():
         (True, "4 of the previous window's 5 messages left")]
 
 
+def test_a_cut_that_keeps_repeated_identical_reminders_in_order_is_a_cut_advance():
+    # Claude Code repeats one system reminder word for word; the window keeps each copy in
+    # place while the turns between them leave.
+    reminder = {"role": "system", "content": "The task tools haven't been used recently."}
+    before = [user(text(NOTICE)), reminder, *TURNS[1:3], reminder, *TURNS[3:]]
+    after = [user(text(NOTICE)), reminder, reminder, *TURNS[3:],
+             {"role": "assistant", "content": [call("t3")]}, user(result("t3"))]
+    moved = [user(text(NOTICE)), reminder, *TURNS[3:], reminder]
+    assert [b.cut_advance for b in checks.cache_breaks([exchange(1, before),
+                                                        exchange(2, after)])] == [True]
+    assert [b.cut_advance for b in checks.cache_breaks([exchange(1, before),
+                                                        exchange(2, moved)])] == [False]
+
+
 def test_pinned_context_sent_twice_is_reported():
     reminder = text("<system-reminder>\nCLAUDE.md says hi")
     once = exchange(1, [user(reminder, text(task.PROMPT)), *TURNS[1:]])
