@@ -26,7 +26,7 @@ from context_paging.index.discovery import (
     iter_session_files,
     resolve,
 )
-from context_paging.index.history import HistoryItem, block_text
+from context_paging.index.history import HistoryItem, block_text, search_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
 from context_paging.index.navigator import Navigator, NavigatorError, compact_references
@@ -37,7 +37,17 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.recall import Recalled, find_original, recall_text
-from context_paging.index.scan import phrase_first, phrase_pool, scan_search
+from context_paging.index.query import ParsedQuery, holds, holds_run, matches, parse
+from context_paging.index.scan import MemoryIndex
+from context_paging.index.searched import (
+    DEFAULT_SESSION_RULE,
+    PHRASE_CANDIDATES,
+    PHRASE_POOL,
+    Searched,
+    match_files,
+    searched_note,
+    unknown_files_note,
+)
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
 from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
@@ -56,8 +66,9 @@ class NoSessionGiven(SessionRefError):
 
     def __init__(self, cwd: str) -> None:
         super().__init__(
-            "no session given, select_context has not been called, and no session ran in "
-            f"{cwd}; pass session (for example 'claude:<id>' from list_sessions)"
+            f"no session given, select_context has not been called, no session ran in {cwd} "
+            "and the proxy forwarded no conversation in the last 6 hours; pass session (for "
+            "example 'claude:<id>' from list_sessions)"
         )
         self.cwd = cwd
 
@@ -68,7 +79,12 @@ class SearchReply:
     items: list[dict[str, Any]] | None
     unloaded_history_ids: list[str] | None
     note: str | None
-    indexed_sessions: int
+    searched: Searched
+    next_offset: int | None = None
+
+
+def _empty(searched: Searched, note: str) -> SearchReply:
+    return SearchReply([], None, None, note, searched)
 
 
 class History:
@@ -90,8 +106,7 @@ class History:
         self._count_text = count_text
         self._context: ContextService | None = None
         self._syncing: dict[str, threading.Thread] = {}
-        self._lengths: dict[str, dict] = {}  # per session: item lengths and stand-ins (scan)
-        self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
+        self._scanned: dict[str, tuple[object, MemoryIndex]] = {}  # the last session in memory
 
     @property
     def context(self) -> ContextService:
@@ -167,16 +182,27 @@ class History:
         return cached[1]
 
     def resolve_default(self, ref: str | None) -> str:
-        """The given reference, else the current select_context session, else the conversation
-        the proxy forwarded last (within the last hours), else this directory's."""
+        """The given reference, else the default session (:meth:`default_session`)."""
+        return self.default_session(ref)[0]
+
+    def default_session(self, ref: str | None) -> tuple[str, str]:
+        """(session, how it was chosen): DEFAULT_SESSION_RULE, the one rule of the CLI and
+        the tools. A person's directory comes before the proxy, another program: the proxy's
+        conversation is the last resort, and replies that use it say so."""
         if ref:
-            return ref
+            return ref, "given"
         if self.current_session:
-            return self.current_session
+            return self.current_session, "select_context"
+        cwd = os.getcwd()
+        here = self._newest_in(cwd)
+        if here:
+            return here, "directory"
         proxied = last_proxied(self.home, FRESH_SECONDS)  # the proxy is another process
         if proxied:
-            return proxied
-        cwd = os.getcwd()
+            return proxied, "proxy"
+        raise NoSessionGiven(cwd)
+
+    def _newest_in(self, cwd: str) -> str | None:
         dated = []
         for found in iter_session_files(self.catalog.roots):
             try:  # a file deleted since the listing is no candidate (not a STORAGE_ERROR)
@@ -191,7 +217,7 @@ class History:
                     return found.ref
             except (OSError, UnknownFormat):
                 continue
-        raise NoSessionGiven(cwd)
+        return None
 
     def stats(self, ref: str | None, enabled: bool = True) -> Stats:
         ref = self.resolve_default(ref)
@@ -228,7 +254,7 @@ class History:
         running = self._syncing.get(canonical)
         if running is not None and running.is_alive():
             return
-        if sum(len(d.text) for d in self._scanned[canonical][1]) >= CHILD_FROM_CHARS:
+        if sum(len(d.text) for d in self._scanned[canonical][1].docs) >= CHILD_FROM_CHARS:
             method = "fork" if threading.active_count() == 1 else "spawn"
             worker: Any = multiprocessing.get_context(method).Process(
                 target=_index_in_child, args=(self.catalog.roots, self.home, canonical),
@@ -252,7 +278,6 @@ class History:
         for worker in list(self._syncing.values()):
             worker.join()
         self._syncing.clear()
-        self._lengths.clear()
         self._scanned.clear()
 
     def index_all(self, progress: Progress | None = None) -> int:
@@ -317,48 +342,86 @@ class History:
         load: bool = False,
         progress: Progress | None = None,
         directory: str | None = None,
+        offset: int = 0,
     ) -> SearchReply:
+        """One page of hits (``offset``, ``limit``) with the lines each matched, and what was
+        searched. The query syntax is :mod:`index.query`'s."""
+        parsed = parse(query)
         if scope == "session":
-            canonical, cwd, items, state = self._open(self.resolve_default(session))
-            pool = phrase_pool(query, limit)  # a phrase's holders go first (index.scan)
-            if self.store.file_state(canonical) != state:
-                # Not indexed yet, or behind: answer from the parsed session now and let the
-                # index catch up in the background (issue 15: the first search is fast).
-                if progress:
-                    progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
-                cached = self._scanned.get(canonical)
-                if cached is None or cached[0] is not items:  # the same parse: the same docs
-                    cached = (items, [doc_for(canonical, cwd, i, "-") for i in items])
-                    self._scanned = {canonical: cached}  # one session's worth of memory
-                docs = cached[1]
-                lengths = self._lengths.get(canonical, {})
-                self._lengths = {canonical: lengths}  # its stand-ins: one session's worth too
-                hits = scan_search(docs, query, files, tools, failed, pool, lengths)
-                self._catch_up(canonical, cwd, items, state)
-                return self._reply(phrase_first(hits, query, items, limit), load, 1)
-            sessions, project = [canonical], None
+            ref, chosen = self.default_session(session)
+            canonical, cwd, items, state = self._open(ref)
+            searched = Searched("session", (canonical,), 1,
+                                len(self.navigator(canonical).visible), None, chosen)
+            known = {path for item in items for path in item.files}
         else:
             # Searching everything needs no session; a project needs a directory: the one
-            # given, else the session's, else this process's (issue 15).
+            # given, else the session's, else this process's.
             if scope == "project" and not directory:
                 directory = self._project_of(session)
             self.index_all(progress)
-            sessions, project = None, directory if scope == "project" else None
-        hits = self.store.search(
-            query, sessions=sessions, project=project, files=files, tools=tools,
-            failed=failed, limit=pool if scope == "session" else limit,
-        )
-        if scope == "session":
-            hits = phrase_first(hits, query, items, limit)
-        return self._reply(hits, load, len(sessions or []))
+            project = directory if scope == "project" else None
+            sessions, count = self.store.scope_size(project)
+            searched = Searched(scope, (), sessions, count, project, None)
+            known = self.store.file_paths()
+        alternatives, unknown = match_files(files, known)
+        if unknown:
+            return _empty(searched, unknown_files_note(unknown, searched))
+        want = offset + limit + 1  # one more than the page: is there a next page?
+        pool = max(PHRASE_CANDIDATES, 4 * want) if parsed.phrases else \
+            max(PHRASE_POOL, want) if parsed.verbatim else want
+        arguments = dict(files=alternatives, tools=tools, failed=failed, limit=pool,
+                         required=parsed.required, excluded=parsed.excluded)
+        if scope == "session" and self.store.file_state(canonical) != state:
+            # Not indexed yet, or behind: answer from memory now and let the index catch up
+            # in the background (the first search is fast, and so is every one after it).
+            if progress:
+                progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
+            hits = self._memory_index(canonical, cwd, items).search(parsed.ranked, **arguments)
+            self._catch_up(canonical, cwd, items, state)
+        else:
+            hits = self.store.search(parsed.ranked, sessions=[canonical] if scope == "session"
+                                     else None, project=searched.project, **arguments)
+        hits = self._phrased(hits, parsed)
+        return self._reply(hits, parsed, offset, limit, load, searched)
 
-    def _reply(self, hits: Sequence[Hit], load: bool, searched: int) -> SearchReply:
+    def _memory_index(self, canonical: str, cwd: str, items: Sequence[HistoryItem]
+                      ) -> MemoryIndex:
+        """The session's in-memory index, built once per parse of the session (one session's
+        worth of memory is kept)."""
+        cached = self._scanned.get(canonical)
+        if cached is None or cached[0] is not items:
+            memory = MemoryIndex([doc_for(canonical, cwd, i, "-") for i in items])
+            cached = (items, memory)
+            self._scanned = {canonical: cached}
+        return cached[1]
+
+    def _item(self, hit: Hit) -> HistoryItem | None:
+        return self.navigator(hit.session).raw_by_id.get(hit.history_id)
+
+    def _phrased(self, hits: Sequence[Hit], parsed: ParsedQuery) -> list[Hit]:
+        """Quoted phrases: only the hits that hold them. An unquoted query of several words:
+        the hits holding it verbatim first, each group in its order."""
+        if parsed.phrases:
+            return [h for h in hits if (item := self._item(h)) is not None
+                    and holds(item, parsed)]
+        if not parsed.verbatim or len(hits) < 2:
+            return list(hits)
+        first = [h for h in hits if (item := self._item(h)) is not None
+                 and holds_run(search_text(item), parsed.verbatim)]
+        return first + [h for h in hits if h not in first]
+
+    def _reply(self, hits: Sequence[Hit], parsed: ParsedQuery, offset: int, limit: int,
+               load: bool, searched: Searched) -> SearchReply:
         references = []
-        for hit in hits:
-            reference = self.navigator(hit.session).reference_for(hit.history_id)
+        for hit in hits[offset:offset + limit]:
+            navigator = self.navigator(hit.session)
+            reference = navigator.reference_for(hit.history_id)
             if reference is not None:
-                references.append(reference)
+                item = navigator.raw_by_id[hit.history_id]
+                references.append({**reference, "matches": matches(item, parsed)})
         references, note = compact_references(references)
+        more = len(hits) > offset + limit or len(references) < len(hits[offset:offset + limit])
+        next_offset = offset + len(references) if more and references else None
         items = unloaded = None
         if load:
             items = [
@@ -366,7 +429,10 @@ class History:
                 for r in references[:LOADED_BY_SEARCH]
             ]
             unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
-        return SearchReply(references, items, unloaded, note, searched)
+        notes = [n for n in (note, searched_note(searched, parsed, bool(references), offset))
+                 if n]
+        return SearchReply(references, items, unloaded, " ".join(notes) or None, searched,
+                           next_offset)
 
     def _project_of(self, session: str | None) -> str:
         """The working directory of the given (or current) session, else the process's."""

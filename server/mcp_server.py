@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 import anyio.from_thread
 from context_paging.index.canonical import orjson, plain
 from context_paging.index.navigator import dumps
+from context_paging.index.searched import DEFAULT_SESSION_RULE
 from context_paging.index.service import History
 from context_paging.index.stats import render as render_stats
 from context_paging.index.window import ContextSettings
@@ -42,6 +43,7 @@ from context_paging.server.results import (
     StatsResult,
     Usage,
     browse_result,
+    marked_copy,
     search_result,
 )
 from context_paging.server.sampling import Prompt, Sampler
@@ -79,9 +81,7 @@ SessionArg = Annotated[
     str | None,
     Field(
         description="A reference from list_sessions ('claude:<id>', 'pi:<id>', 'codex:<id>', "
-        "'ledger:<id>') or a bare id. Default: the session select_context last saw, else the "
-        "conversation the context-paging proxy forwarded last, else the newest session run in "
-        "the server's working directory.",
+        "'ledger:<id>') or a bare id (6 characters or more). " + DEFAULT_SESSION_RULE,
         max_length=4096,
     ),
 ]
@@ -151,8 +151,10 @@ def progress_reporter(ctx: Context) -> Callable[[float, float | None, str], None
 
 async def search_history(
     deps: Deps,
-    query: Annotated[str, Field(max_length=200, description="Text to find; an empty "
-                                "string lists items oldest first")],
+    query: Annotated[str, Field(max_length=200, description="Words to find (any may match); "
+                                "\"a phrase\" in double quotes, AND to require every word, "
+                                "-word to leave items out; an empty string lists items "
+                                "oldest first")],
     ctx: Context,
     session: SessionArg = None,
     scope: Annotated[Literal["session", "project", "all"], Field(
@@ -160,24 +162,29 @@ async def search_history(
         "directory (the session's, else the server's); all: every session (no session "
         "needed)")] = "session",
     files: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
-        max_length=10, description="Only turns that touched every one of these exact paths")
-    ] = None,
+        max_length=10, description="Only turns that touched every one of these files: a "
+        "path, a suffix of one or a file name")] = None,
     tools: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
         max_length=10, description="Only turns that called every one of these tools")] = None,
     failed: Annotated[bool | None, Field(description="Only failed (true) or successful "
                                          "(false) items")] = None,
-    limit: Annotated[int, Field(ge=1, le=10)] = 5,
+    limit: Annotated[int, Field(ge=1, le=50)] = 5,
+    offset: Annotated[int, Field(ge=0, le=10_000, description="Hits to skip: a reply's "
+                                 "next_offset")] = 0,
     load: Annotated[bool, Field(
         description="Also return the first three items in full")] = False,
 ) -> Annotated[CallToolResult, SearchResult]:
-    """Find earlier history items by words, identifiers, paths or error text. Returns
-    references (history_id, preview, tools, files); follow up with load_history or
+    """Find earlier history items by words, identifiers, paths or error text. Each reference
+    shows the lines that matched (marked «…», with the tool, tool_call_id and line to pass to
+    recall), and the reply says what was searched; follow up with recall, load_history or
     browse_history."""
     reply = await deps.run(
         deps.history.search, query, session, scope, files or (), tools or (), failed, limit,
-        load, progress_reporter(ctx),
+        load, progress_reporter(ctx), offset=offset,
     )
-    return _reply(search_result(reply))
+    value = search_result(reply).model_dump()
+    return CallToolResult(content=[TextContent(type="text", text=compact_json(
+        marked_copy(value)))], structured_content=value)
 
 
 async def browse_history(
