@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from context_paging.index.query import ParsedQuery
+if TYPE_CHECKING:  # the CLI imports this module for its --help: no analyzer at start-up
+    from context_paging.index.query import ParsedQuery
 
 # The one default-session rule (the CLI's --help and the tools' session field show this text).
 DEFAULT_SESSION_RULE = (

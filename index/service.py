@@ -29,7 +29,12 @@ from context_paging.index.discovery import (
 from context_paging.index.history import HistoryItem, block_text, search_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
-from context_paging.index.navigator import Navigator, NavigatorError, compact_references
+from context_paging.index.navigator import (
+    Navigator,
+    NavigatorError,
+    cap_items,
+    compact_references,
+)
 from context_paging.index.proxied import (
     FRESH_SECONDS,
     conversation_stats,
@@ -346,6 +351,9 @@ class History:
     ) -> SearchReply:
         """One page of hits (``offset``, ``limit``) with the lines each matched, and what was
         searched. The query syntax is :mod:`index.query`'s."""
+        if offset < 0:
+            raise NavigatorError("INVALID_ARGUMENT", f"offset {offset} is negative; pass 0 or "
+                                 "a reply's next_offset")
         parsed = parse(query)
         if scope == "session":
             ref, chosen = self.default_session(session)
@@ -423,13 +431,14 @@ class History:
         more = len(hits) > offset + limit or len(references) < len(hits[offset:offset + limit])
         next_offset = offset + len(references) if more and references else None
         items = unloaded = None
+        cut = None
         if load:
-            items = [
+            items, cut = cap_items([
                 self.navigator(r["session"]).load([r["history_id"]])[0]
                 for r in references[:LOADED_BY_SEARCH]
-            ]
+            ])
             unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
-        notes = [n for n in (note, searched_note(searched, parsed, bool(references), offset))
+        notes = [n for n in (note, cut, searched_note(searched, parsed, bool(references), offset))
                  if n]
         return SearchReply(references, items, unloaded, " ".join(notes) or None, searched,
                            next_offset)
@@ -451,6 +460,12 @@ class History:
 
     def load(self, session: str | None, history_ids: Sequence[str]) -> list[dict[str, Any]]:
         return self.navigator(session).load(history_ids)
+
+    def load_capped(self, session: str | None, history_ids: Sequence[str]
+                    ) -> tuple[list[dict[str, Any]], str | None]:
+        """load_history's reply: the items capped (``navigator.cap_items``), and the note
+        when outputs were cut."""
+        return cap_items(self.load(session, history_ids))
 
     def read_output(self, session: str | None, **kwargs: Any) -> dict[str, Any]:
         return self.navigator(session).read_output(**kwargs)

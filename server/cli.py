@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from context_paging.index.catalog import Catalog, SessionSummary
+from context_paging.index.searched import DEFAULT_SESSION_RULE
 from context_paging.server import clients, terminal_cli
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
@@ -119,6 +120,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         reply = history.search(
             args.query, args.session, args.scope, args.file or (), args.tool or (),
             args.failed, args.limit, progress=_progress_bar(), directory=args.project,
+            offset=args.offset,
         )
     finally:
         history.close()
@@ -128,11 +130,14 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         print_json(search_result(reply).model_dump())
         return 0 if reply.references else 1
     if not reply.references:
-        print(f"No match for {args.query!r}.")
+        print(reply.note or f"No match for {args.query!r}.")
         return 1
+    print(reply.searched.describe() + ".")
     print(render_references(reply.references))
     if reply.note:
         print(reply.note)
+    if reply.next_offset is not None:
+        print(f"More hits: add --offset {reply.next_offset}.")
     return 0
 
 
@@ -242,16 +247,21 @@ def build_parser() -> argparse.ArgumentParser:
                        "model's recovery tools (default: the [server] tools setting, 'all')")
     serve.set_defaults(run=_cmd_serve)
 
-    search = commands.add_parser("search", help="search session history")
+    search = commands.add_parser(
+        "search", help="search session history",
+        description='Words rank by BM25; "a phrase" in double quotes must stand as written; '
+        "AND requires every word; -word leaves items out. " + DEFAULT_SESSION_RULE)
     search.add_argument("query")
-    search.add_argument("--session", help="session reference (default: this directory's newest)")
+    search.add_argument("--session", help="session reference (default: see above)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session")
     search.add_argument("--project", help="with --scope project: this directory "
                         "(default: the session's, else the current directory)")
-    search.add_argument("--file", action="append", help="only turns that touched this path")
+    search.add_argument("--file", action="append", help="only turns that touched this file (a "
+                        "path, a suffix of one, or a file name)")
     search.add_argument("--tool", action="append", help="only turns that called this tool")
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None)
-    search.add_argument("--limit", type=int, default=5, choices=range(1, 11), metavar="1-10")
+    search.add_argument("--limit", type=int, default=5, choices=range(1, 51), metavar="1-50")
+    search.add_argument("--offset", type=int, default=0, help="hits to skip (the next page)")
     search.add_argument("--json", action="store_true", help="the search_history reply as JSON")
     search.set_defaults(run=_cmd_search)
 

@@ -28,7 +28,13 @@ from context_paging.index.window import ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.window_form import FORMS
 from context_paging.paging.window_form import check as check_form
-from context_paging.server.binding import Deps, ToolFailure, bind
+from context_paging.server.binding import (
+    Deps,
+    ToolFailure,
+    argument_failure,
+    bind,
+    error_result,
+)
 from context_paging.server.config import Settings
 from context_paging.server.idle import Idler
 from context_paging.server.results import (
@@ -49,8 +55,9 @@ from context_paging.server.results import (
 from context_paging.server.sampling import Prompt, Sampler
 from context_paging.server.select_sampling import judge_for, with_sampling
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from context_paging import __version__
 
@@ -213,10 +220,11 @@ async def load_history(
     history_ids: Annotated[list[HistoryId], Field(min_length=1, max_length=3)],
     session: SessionArg = None,
 ) -> Annotated[CallToolResult, LoadResult]:
-    """Return up to three history items exactly. Hidden blocks (thinking) are null. For long
-    outputs use read_context_output."""
-    items = await deps.run(deps.history.load, session, history_ids)
-    return _reply(LoadResult(items=items))
+    """Return up to three history items exactly. Hidden blocks (thinking) are null. A reply
+    over 24,000 characters has its longest outputs cut, and its note names the recall call
+    for each."""
+    items, note = await deps.run(deps.history.load_capped, session, history_ids)
+    return _reply(LoadResult(items=items, note=note))
 
 
 async def read_context_output(
@@ -237,7 +245,13 @@ async def read_context_output(
         deps.history.read_output, session, history_id=history_id, source=source,
         content_index=content_index, tool_call_id=tool_call_id, offset=offset, limit=limit,
     )
-    return _reply(OutputPage(**page))
+    result = OutputPage(**page)
+    content = [TextContent(type="text", text=result.text)]
+    if result.next_offset is not None:
+        content.append(TextContent(type="text", text=(
+            f"[characters {result.offset}-{result.next_offset} of {result.total_characters}; "
+            f"next page: offset={result.next_offset}]")))
+    return CallToolResult(content=content, structured_content=result.model_dump())
 
 
 async def recall(
@@ -398,6 +412,20 @@ TOOLS = (
 RECOVERY_TOOLS = frozenset(t.name for t in TOOLS if "recovery" in t.sets)
 
 
+class Server(MCPServer):
+    """The SDK's server with argument errors coded like the tools' own (``INVALID_ARGUMENT:
+    field 'direction' is required …``) instead of the validator's raw text."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return error_result(argument_failure(exc.__cause__))
+            raise
+
+
 def make_history(settings: Settings) -> History:
     """The one History of a process, configured from settings."""
     from context_paging.server.tokens import text_counter
@@ -423,8 +451,8 @@ def create_server(settings: Settings, history: History | None = None,
     lock = threading.Lock()
     deps = Deps(history, settings, lock, Sampler(history.distill_config),
                 Idler(history.idle, lock))
-    server = MCPServer("context-paging", instructions=INSTRUCTIONS, version=__version__,
-                       log_level="WARNING")
+    server = Server("context-paging", instructions=INSTRUCTIONS, version=__version__,
+                    log_level="WARNING")
     server.history = history  # type: ignore[attr-defined]  # for tests and the ledger
     server.history_lock = deps.lock  # type: ignore[attr-defined]
     server.idler = deps.idler  # type: ignore[attr-defined]  # serve kicks it after each write

@@ -68,9 +68,14 @@ class BrowseResult(BaseModel):
 
 class LoadResult(BaseModel):
     items: list[dict[str, Any]]
+    note: str | None = Field(default=None, description="Set when long tool outputs were cut "
+                             "to keep the reply small: the calls that return them whole")
 
 
 class OutputPage(BaseModel):
+    """A page of read_context_output. The text copy of the reply is the page's text itself,
+    then (when more follows) a second text with the call for the next page."""
+
     offset: int
     next_offset: int | None
     total_characters: int
