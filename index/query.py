@@ -22,6 +22,7 @@ from context_paging.index.model import HiddenBlock, TextBlock, ToolCall
 _QUOTED = re.compile(r'"([^"]*)"?')
 LINE_CHARS = 200  # a shown line is clipped to this many characters around its match
 MAX_MATCHES = 2  # lines shown per hit
+MAX_CANDIDATES = 200  # lines holding a query term looked at per hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,23 +164,31 @@ def _line_match(line: str, parsed: ParsedQuery) -> tuple[int, list[tuple[int, in
 def matches(item: HistoryItem, parsed: ParsedQuery, most: int = MAX_MATCHES) -> list[dict]:
     """The item's best matching lines, best first: each with where it is (source, tool call,
     1-based line number in that output or block), the line (clipped) and the match offsets
-    in it."""
+    in it. The search stops once ``most`` lines match as well as a line can (the phrase, or
+    every term), or after ``MAX_CANDIDATES`` lines that hold a term: a long log that repeats
+    its lines costs no more than a short one."""
     wanted = parsed.terms
     if not wanted:
         return []
-    scored = []
-    order = 0
+    runs = parsed.phrases or ((parsed.verbatim,) if parsed.verbatim else ())
+    best = 1000 + max(len(r) for r in runs) if runs else len(wanted)
+    scored, perfect = [], 0
     for part in parts(item):
-        lowered = part.text.lower()
-        if not any(term in lowered for term in wanted):
+        if not any(term in part.text.lower() for term in wanted):
             continue
         for number, line in enumerate(part.text.split("\n"), 1):
-            if not any(term in line.lower() for term in wanted):
+            lowered = line.lower()
+            if not any(term in lowered for term in wanted):
                 continue
             score, spans = _line_match(line, parsed)
-            if spans:
-                scored.append((-score, order, part, number, line, spans))
-                order += 1
+            if not spans:
+                continue
+            scored.append((-score, len(scored), part, number, line, spans))
+            perfect += score >= best
+            if perfect >= most or len(scored) >= MAX_CANDIDATES:
+                break
+        if perfect >= most or len(scored) >= MAX_CANDIDATES:
+            break
     scored.sort(key=lambda row: row[:2])
     return [_shown(part, number, line, spans) for _, _, part, number, line, spans in
             scored[:most]]

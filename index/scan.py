@@ -3,8 +3,7 @@
 Indexing a session through Whoosh runs at about 1 MB/s of session text, so the first search of a
 large session that is not indexed yet would wait seconds to minutes. The model usually searches
 exactly then (something just left its window). :class:`MemoryIndex` analyzes the session's items
-once, with the analysis the index stores (``index.store.analyze``), into term postings and exact
-lengths, and ranks them with the same BM25 and the same per-session statistics as
+once, with the tokenizer the index uses, into term postings and exact lengths, and ranks them with the same BM25 and the same per-session statistics as
 :meth:`index.store.SearchIndex.search` (``SESSION_STATISTICS``). So the answer is the one the
 index gives once it has caught up (tests/test_scan.py checks that), and every later search of the
 session, until the index has it, costs a few dictionary look-ups per query term instead of a
@@ -13,36 +12,80 @@ pass over the whole text.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from context_paging.index.analysis import WHOLE_BOOST, QueryToken, query_tokens
-from context_paging.index.store import Hit, IndexDoc, analyze
+from context_paging.index.analysis import (
+    WHOLE_BOOST,
+    QueryToken,
+    compound_terms,
+    query_tokens,
+    tokens,
+)
+from context_paging.index.store import Hit, IndexDoc
 
 K1, B = 1.2, 0.75
 
 
 class MemoryIndex:
-    """One session's visible items, analyzed once: postings ``{term: {item: count}}``."""
+    """One session's visible items, tokenized once.
+
+    Postings are kept for whole tokens; a compound token's parts and pairs (which the index
+    stores as terms of their own) are found when a query first needs them, by looking the term
+    up in the session's compound tokens joined into one string, and kept from then on. That
+    halves the build (expanding every compound token of every item took longer than tokenizing)
+    and gives each term exactly the count ``index.analysis.term_counts`` gives it.
+    """
 
     def __init__(self, docs: Sequence[IndexDoc]) -> None:
         first: dict[str, IndexDoc] = {}
         for doc in docs:  # a history id that occurs twice is indexed once, as its first
             first.setdefault(doc.history_id, doc)
         self.docs = [d for d in first.values() if not d.hidden]
-        self.postings: dict[str, dict[int, int]] = {}
+        self.whole: dict[str, dict[int, int]] = {}
         self.lengths: list[int] = []
         for number, doc in enumerate(self.docs):
-            counts, length = doc.analysis or analyze(doc.text)
-            self.lengths.append(length)
-            for term, n in counts.items():
-                self.postings.setdefault(term, {})[number] = n
+            words = tokens(doc.text)
+            self.lengths.append(len(words))
+            for term, n in Counter(words).items():
+                self.whole.setdefault(term, {})[number] = n
         self.average = sum(self.lengths) / len(self.docs) if self.docs else 1.0
+        self._compounds = [t for t in self.whole if not t.isalnum() and compound_terms(t)[0]]
+        self._joined = "\n".join(self._compounds)
+        self._starts = list(itertools.accumulate((len(t) + 1 for t in self._compounds),
+                                                 initial=0))
+        self._terms: dict[str, dict[int, int]] = {}
+
+    def postings(self, term: str) -> dict[int, int]:
+        """``{item: count}`` of ``term`` as the index counts it (whole, part or pair)."""
+        found = self._terms.get(term)
+        if found is None:
+            found = dict(self.whole.get(term, {}))
+            for compound in self._holding(term):
+                parts, pairs = compound_terms(compound)
+                times = (*parts, *pairs).count(term)
+                for number, n in self.whole[compound].items() if times else ():
+                    found[number] = found.get(number, 0) + times * n
+            self._terms[term] = found
+        return found
+
+    def _holding(self, term: str) -> set[str]:
+        """The compound tokens ``term`` occurs in (as text: the caller counts its parts)."""
+        held, joined, at = set(), self._joined, self._joined.find(term)
+        while at >= 0:
+            index = bisect.bisect_right(self._starts, at) - 1
+            held.add(self._compounds[index])
+            at = joined.find(term, self._starts[index + 1] if index + 1 < len(self._starts)
+                             else len(joined))
+        return held
 
     def _matches(self, token: QueryToken, number: int) -> bool:
-        if number in self.postings.get(token.whole, {}):
+        if number in self.postings(token.whole):
             return True
-        return bool(token.pairs) and all(number in self.postings.get(p, {}) for p in token.pairs)
+        return bool(token.pairs) and all(number in self.postings(p) for p in token.pairs)
 
     def search(self, query: str, files: Sequence = (), tools: Sequence[str] = (),
                failed: bool | None = None, limit: int = 5, required: Sequence[str] = (),
@@ -66,7 +109,7 @@ class MemoryIndex:
         idf = {}
         for token in wanted:
             for term in token.terms:
-                df = len(self.postings.get(term, ()))
+                df = len(self.postings(term))
                 idf[term] = math.log(1 + (items - df + 0.5) / (df + 0.5))
         scored = []
         for number in keep:
@@ -82,9 +125,8 @@ class MemoryIndex:
         norm = K1 * (1 - B + B * self.lengths[number] / (self.average or 1.0))
         score, matched = 0.0, False
         for token in wanted:
-            whole = self.postings.get(token.whole, {}).get(number, 0)
-            pairs_all = token.pairs and all(number in self.postings.get(p, {})
-                                            for p in token.pairs)
+            whole = self.postings(token.whole).get(number, 0)
+            pairs_all = token.pairs and all(number in self.postings(p) for p in token.pairs)
             if not whole and not pairs_all:
                 continue
             matched = True
@@ -92,7 +134,7 @@ class MemoryIndex:
                 boost = WHOLE_BOOST if token.pairs else 1.0
                 score += boost * idf[token.whole] * whole * (K1 + 1) / (whole + norm)
             for term in token.pairs if pairs_all else ():
-                n = self.postings[term][number]
+                n = self.postings(term)[number]
                 score += idf[term] * n * (K1 + 1) / (n + norm)
         return score if matched else None
 

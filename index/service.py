@@ -403,26 +403,39 @@ class History:
             self._scanned = {canonical: cached}
         return cached[1]
 
-    def _item(self, hit: Hit) -> HistoryItem | None:
-        return self.navigator(hit.session).raw_by_id.get(hit.history_id)
+    def _per_reply(self) -> Callable[[str], Navigator]:
+        """``navigator`` remembered for the length of one reply (each call checks the file)."""
+        seen: dict[str, Navigator] = {}
+
+        def get(session: str) -> Navigator:
+            if session not in seen:
+                seen[session] = self.navigator(session)
+            return seen[session]
+
+        return get
 
     def _phrased(self, hits: Sequence[Hit], parsed: ParsedQuery) -> list[Hit]:
         """Quoted phrases: only the hits that hold them. An unquoted query of several words:
         the hits holding it verbatim first, each group in its order."""
+        navigator = self._per_reply()
+
+        def item(hit: Hit) -> HistoryItem | None:
+            return navigator(hit.session).raw_by_id.get(hit.history_id)
+
         if parsed.phrases:
-            return [h for h in hits if (item := self._item(h)) is not None
-                    and holds(item, parsed)]
+            return [h for h in hits if (i := item(h)) is not None and holds(i, parsed)]
         if not parsed.verbatim or len(hits) < 2:
             return list(hits)
-        first = [h for h in hits if (item := self._item(h)) is not None
-                 and holds_run(search_text(item), parsed.verbatim)]
+        first = [h for h in hits if (i := item(h)) is not None
+                 and holds_run(search_text(i), parsed.verbatim)]
         return first + [h for h in hits if h not in first]
 
     def _reply(self, hits: Sequence[Hit], parsed: ParsedQuery, offset: int, limit: int,
                load: bool, searched: Searched) -> SearchReply:
         references = []
+        navigators = self._per_reply()
         for hit in hits[offset:offset + limit]:
-            navigator = self.navigator(hit.session)
+            navigator = navigators(hit.session)
             reference = navigator.reference_for(hit.history_id)
             if reference is not None:
                 item = navigator.raw_by_id[hit.history_id]
@@ -434,7 +447,7 @@ class History:
         cut = None
         if load:
             items, cut = cap_items([
-                self.navigator(r["session"]).load([r["history_id"]])[0]
+                navigators(r["session"]).load([r["history_id"]])[0]
                 for r in references[:LOADED_BY_SEARCH]
             ])
             unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
