@@ -48,12 +48,15 @@ class MemoryIndex:
         self.whole: dict[str, dict[int, int]] = {}
         self.lengths: list[int] = []
         for number, doc in enumerate(self.docs):
-            words = tokens(doc.text)
+            words = _tokens(doc.text)
             self.lengths.append(len(words))
             for term, n in Counter(words).items():
                 self.whole.setdefault(term, {})[number] = n
         self.average = sum(self.lengths) / len(self.docs) if self.docs else 1.0
-        self._compounds = [t for t in self.whole if not t.isalnum() and compound_terms(t)[0]]
+        # Every token that is not one word may be compound: postings() asks compound_terms
+        # only of those a query term occurs in (asking all of them here took longer than
+        # tokenizing the session).
+        self._compounds = [t for t in self.whole if not t.isalnum()]
         self._joined = "\n".join(self._compounds)
         self._starts = list(itertools.accumulate((len(t) + 1 for t in self._compounds),
                                                  initial=0))
@@ -137,6 +140,28 @@ class MemoryIndex:
                 n = self.postings(term)[number]
                 score += idf[term] * n * (K1 + 1) / (n + norm)
         return score if matched else None
+
+
+# ASCII text is tokenized by translating every character that cannot be in a token to a space
+# and splitting: the runs are the tokenizer's matches before their edge separators are stripped
+# (index.analysis.tokens), in under half the time of its regular expression.
+_EDGES = "./:-"
+_APART = {c: 32 for c in range(128) if chr(c) not in "abcdefghijklmnopqrstuvwxyz0123456789_" + _EDGES}
+
+
+def _tokens(text: str) -> list[str]:
+    """``index.analysis.tokens(text)``, faster for ASCII text."""
+    lowered = text.lower()
+    if not lowered.isascii():
+        return tokens(text)
+    out = []
+    for word in lowered.translate(_APART).split():
+        if word[0] in _EDGES or word[-1] in _EDGES:
+            word = word.strip(_EDGES)
+            if not word:
+                continue
+        out.append(word)
+    return out
 
 
 def _hit(doc: IndexDoc, score: float) -> Hit:
