@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from context_paging.index.analysis import _ASCII_TOKEN, _EDGES, _TOKEN, term_counts, tokens
 from context_paging.index.history import HistoryItem, block_text, search_text
@@ -34,17 +34,16 @@ class ParsedQuery:
     phrases: tuple[tuple[str, ...], ...] = ()  # token runs that must stand together
     required: tuple[str, ...] = ()  # tokens every hit holds (a phrase's, or all with AND)
     excluded: tuple[str, ...] = ()  # tokens no hit holds
+    # The tokens of an unquoted query of several words: an item holding them together is put
+    # first, though others may match too.
+    verbatim: tuple[str, ...] = field(init=False)
+    terms: frozenset[str] = field(init=False)  # every ranked token
 
-    @property
-    def verbatim(self) -> tuple[str, ...]:
-        """The tokens of an unquoted query of several words: an item holding them together is
-        put first, though others may match too."""
+    def __post_init__(self) -> None:
         words = tuple(tokens(self.ranked))
-        return words if not self.phrases and len(words) > 1 else ()
-
-    @property
-    def terms(self) -> frozenset[str]:
-        return frozenset(tokens(self.ranked))
+        object.__setattr__(self, "verbatim", words if not self.phrases and len(words) > 1
+                           else ())
+        object.__setattr__(self, "terms", frozenset(words))
 
 
 def parse(query: str) -> ParsedQuery:
@@ -174,12 +173,7 @@ def matches(item: HistoryItem, parsed: ParsedQuery, most: int = MAX_MATCHES) -> 
     best = 1000 + max(len(r) for r in runs) if runs else len(wanted)
     scored, perfect = [], 0
     for part in parts(item):
-        if not any(term in part.text.lower() for term in wanted):
-            continue
-        for number, line in enumerate(part.text.split("\n"), 1):
-            lowered = line.lower()
-            if not any(term in lowered for term in wanted):
-                continue
+        for number, line in _candidate_lines(part.text, wanted):
             score, spans = _line_match(line, parsed)
             if not spans:
                 continue
@@ -192,6 +186,30 @@ def matches(item: HistoryItem, parsed: ParsedQuery, most: int = MAX_MATCHES) -> 
     scored.sort(key=lambda row: row[:2])
     return [_shown(part, number, line, spans) for _, _, part, number, line, spans in
             scored[:most]]
+
+
+def _candidate_lines(text: str, wanted: frozenset[str]) -> Iterator[tuple[int, str]]:
+    """(1-based number, line) of the lines of ``text`` that hold a query term as a substring,
+    in order, found with ``str.find`` (a long output is not split into lines)."""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a lower-casing that changes lengths: go line by line
+        for number, line in enumerate(text.split("\n"), 1):
+            if any(term in line.lower() for term in wanted):
+                yield number, line
+        return
+    starts: set[int] = set()
+    for term in wanted:
+        at = lowered.find(term)
+        while at >= 0 and len(starts) < 4 * MAX_CANDIDATES:
+            starts.add(lowered.rfind("\n", 0, at) + 1)
+            end = lowered.find("\n", at)
+            at = lowered.find(term, end) if end >= 0 else -1
+    number, counted = 1, 0
+    for start in sorted(starts):
+        number += text.count("\n", counted, start)
+        counted = start
+        end = text.find("\n", start)
+        yield number, text[start:end if end >= 0 else len(text)]
 
 
 def _shown(part: Part, number: int, line: str, spans: list[tuple[int, int]]) -> dict:

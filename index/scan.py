@@ -96,18 +96,22 @@ class MemoryIndex:
         """The hits :meth:`SearchIndex.search` gives for this session."""
         if limit < 1:
             return []
-        keep = [n for n, d in enumerate(self.docs) if _passes(d, files, tools, failed)]
+        wanted = query_tokens(query)
+        if query != "" and not wanted:
+            return []
+        # Only items holding a query term can score: the rest are never looked at.
+        candidates: Iterable[int] = range(len(self.docs)) if query == "" else sorted(
+            {n for token in wanted for n in self.postings(token.whole)}
+            | {n for token in wanted if token.pairs
+               for n in set.intersection(*(set(self.postings(p)) for p in token.pairs))})
         must = query_tokens(" ".join(required))
         never = query_tokens(" ".join(excluded))
-        if must or never:
-            keep = [n for n in keep if all(self._matches(t, n) for t in must)
-                    and not any(self._matches(t, n) for t in never)]
+        keep = [n for n in candidates if _passes(self.docs[n], files, tools, failed)
+                and all(self._matches(t, n) for t in must)
+                and not any(self._matches(t, n) for t in never)]
         if query == "":
             ordered = sorted(keep, key=lambda n: self.docs[n].sequence)[:limit]
             return [_hit(self.docs[n], 0.0) for n in ordered]
-        wanted = query_tokens(query)
-        if not wanted:
-            return []
         items = len(self.docs)
         idf = {}
         for token in wanted:
