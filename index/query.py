@@ -184,6 +184,8 @@ def matches(item: HistoryItem, parsed: ParsedQuery, most: int = MAX_MATCHES) -> 
         if perfect >= most or len(scored) >= MAX_CANDIDATES:
             break
     scored.sort(key=lambda row: row[:2])
+    if scored and -scored[0][0] >= 1000:  # a line holds the phrase: words apart add nothing
+        scored = [row for row in scored if -row[0] >= 1000]
     return [_shown(part, number, line, spans) for _, _, part, number, line, spans in
             scored[:most]]
 
