@@ -68,7 +68,7 @@ def parse(query: str) -> ParsedQuery:
         free.extend(tokens(word))
     ranked.extend(free)
     required = [w for p in phrases for w in p] + (free if every else [])
-    if not phrases and not every and not excluded:
+    if not phrases and not every and not excluded and "OR" not in rest:
         return ParsedQuery(query, query)  # a plain query ranks exactly as before
     return ParsedQuery(query, " ".join(ranked), tuple(phrases),
                        tuple(dict.fromkeys(required)), tuple(dict.fromkeys(excluded)))
