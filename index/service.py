@@ -15,10 +15,10 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from context_paging.index import searching
 from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import (
     SessionFileRef,
@@ -26,15 +26,10 @@ from context_paging.index.discovery import (
     iter_session_files,
     resolve,
 )
-from context_paging.index.history import HistoryItem, block_text, search_text
+from context_paging.index.history import HistoryItem, block_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
-from context_paging.index.navigator import (
-    Navigator,
-    NavigatorError,
-    cap_items,
-    compact_references,
-)
+from context_paging.index.navigator import Navigator, NavigatorError, cap_items, compact_references
 from context_paging.index.proxied import (
     FRESH_SECONDS,
     conversation_stats,
@@ -42,27 +37,17 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.recall import Recalled, find_original, recall_text
-from context_paging.index.query import ParsedQuery, holds, holds_run, matches, parse
 from context_paging.index.scan import MemoryIndex
-from context_paging.index.searched import (
-    DEFAULT_SESSION_RULE,
-    PHRASE_CANDIDATES,
-    PHRASE_POOL,
-    Searched,
-    match_files,
-    searched_note,
-    unknown_files_note,
-)
+from context_paging.index.searching import SearchReply
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
-from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
+from context_paging.index.store import IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
 
 log = logging.getLogger("context_paging")
 
 Progress = Callable[[float, float | None, str], None]
-LOADED_BY_SEARCH = 3
 
 
 class NoSessionGiven(SessionRefError):
@@ -76,20 +61,6 @@ class NoSessionGiven(SessionRefError):
             "example 'claude:<id>' from list_sessions)"
         )
         self.cwd = cwd
-
-
-@dataclass(frozen=True, slots=True)
-class SearchReply:
-    references: list[dict[str, Any]]
-    items: list[dict[str, Any]] | None
-    unloaded_history_ids: list[str] | None
-    note: str | None
-    searched: Searched
-    next_offset: int | None = None
-
-
-def _empty(searched: Searched, note: str) -> SearchReply:
-    return SearchReply([], None, None, note, searched)
 
 
 class History:
@@ -349,51 +320,13 @@ class History:
         directory: str | None = None,
         offset: int = 0,
     ) -> SearchReply:
-        """One page of hits (``offset``, ``limit``) with the lines each matched, and what was
-        searched. The query syntax is :mod:`index.query`'s."""
-        if offset < 0:
-            raise NavigatorError("INVALID_ARGUMENT", f"offset {offset} is negative; pass 0 or "
-                                 "a reply's next_offset")
-        parsed = parse(query)
-        if scope == "session":
-            ref, chosen = self.default_session(session)
-            canonical, cwd, items, state = self._open(ref)
-            searched = Searched("session", (canonical,), 1,
-                                len(self.navigator(canonical).visible), None, chosen)
-            known = {path for item in items for path in item.files}
-        else:
-            # Searching everything needs no session; a project needs a directory: the one
-            # given, else the session's, else this process's.
-            if scope == "project" and not directory:
-                directory = self._project_of(session)
-            self.index_all(progress)
-            project = directory if scope == "project" else None
-            sessions, count = self.store.scope_size(project)
-            searched = Searched(scope, (), sessions, count, project, None)
-            known = self.store.file_paths()
-        alternatives, unknown = match_files(files, known)
-        if unknown:
-            return _empty(searched, unknown_files_note(unknown, searched))
-        want = offset + limit + 1  # one more than the page: is there a next page?
-        pool = max(PHRASE_CANDIDATES, 4 * want) if parsed.phrases else \
-            max(PHRASE_POOL, want) if parsed.verbatim else want
-        arguments = dict(files=alternatives, tools=tools, failed=failed, limit=pool,
-                         required=parsed.required, excluded=parsed.excluded)
-        if scope == "session" and self.store.file_state(canonical) != state:
-            # Not indexed yet, or behind: answer from memory now and let the index catch up
-            # in the background (the first search is fast, and so is every one after it).
-            if progress:
-                progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
-            hits = self._memory_index(canonical, cwd, items).search(parsed.ranked, **arguments)
-            self._catch_up(canonical, cwd, items, state)
-        else:
-            hits = self.store.search(parsed.ranked, sessions=[canonical] if scope == "session"
-                                     else None, project=searched.project, **arguments)
-        hits = self._phrased(hits, parsed)
-        return self._reply(hits, parsed, offset, limit, load, searched)
+        """One page of hits with the lines each matched and what was searched
+        (:func:`index.searching.search`)."""
+        return searching.search(self, query, session, scope, files, tools, failed, limit, load,
+                                progress, directory, offset)
 
-    def _memory_index(self, canonical: str, cwd: str, items: Sequence[HistoryItem]
-                      ) -> MemoryIndex:
+    def memory_index(self, canonical: str, cwd: str, items: Sequence[HistoryItem]
+                     ) -> MemoryIndex:
         """The session's in-memory index, built once per parse of the session (one session's
         worth of memory is kept)."""
         cached = self._scanned.get(canonical)
@@ -403,58 +336,17 @@ class History:
             self._scanned = {canonical: cached}
         return cached[1]
 
-    def _per_reply(self) -> Callable[[str], Navigator]:
-        """``navigator`` remembered for the length of one reply (each call checks the file)."""
-        seen: dict[str, Navigator] = {}
+    def catch_up(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
+                 state: dict[str, Any]) -> None:
+        """Index one session in the background (see ``_catch_up``)."""
+        self._catch_up(canonical, cwd, items, state)
 
-        def get(session: str) -> Navigator:
-            if session not in seen:
-                seen[session] = self.navigator(session)
-            return seen[session]
+    def project_of(self, session: str | None) -> str:
+        return self._project_of(session)
 
-        return get
-
-    def _phrased(self, hits: Sequence[Hit], parsed: ParsedQuery) -> list[Hit]:
-        """Quoted phrases: only the hits that hold them. An unquoted query of several words:
-        the hits holding it verbatim first, each group in its order."""
-        navigator = self._per_reply()
-
-        def item(hit: Hit) -> HistoryItem | None:
-            return navigator(hit.session).raw_by_id.get(hit.history_id)
-
-        if parsed.phrases:
-            return [h for h in hits if (i := item(h)) is not None and holds(i, parsed)]
-        if not parsed.verbatim or len(hits) < 2:
-            return list(hits)
-        first = [h for h in hits if (i := item(h)) is not None
-                 and holds_run(search_text(i), parsed.verbatim)]
-        return first + [h for h in hits if h not in first]
-
-    def _reply(self, hits: Sequence[Hit], parsed: ParsedQuery, offset: int, limit: int,
-               load: bool, searched: Searched) -> SearchReply:
-        references = []
-        navigators = self._per_reply()
-        for hit in hits[offset:offset + limit]:
-            navigator = navigators(hit.session)
-            reference = navigator.reference_for(hit.history_id)
-            if reference is not None:
-                item = navigator.raw_by_id[hit.history_id]
-                references.append({**reference, "matches": matches(item, parsed)})
-        references, note = compact_references(references)
-        more = len(hits) > offset + limit or len(references) < len(hits[offset:offset + limit])
-        next_offset = offset + len(references) if more and references else None
-        items = unloaded = None
-        cut = None
-        if load:
-            items, cut = cap_items([
-                navigators(r["session"]).load([r["history_id"]])[0]
-                for r in references[:LOADED_BY_SEARCH]
-            ])
-            unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
-        notes = [n for n in (note, cut, searched_note(searched, parsed, bool(references), offset))
-                 if n]
-        return SearchReply(references, items, unloaded, " ".join(notes) or None, searched,
-                           next_offset)
+    def opened(self, ref: str) -> tuple[str, str, Sequence[HistoryItem], dict[str, Any]]:
+        """(canonical ref, cwd, raw items, file state) of a session reference."""
+        return self._open(ref)
 
     def _project_of(self, session: str | None) -> str:
         """The working directory of the given (or current) session, else the process's."""
