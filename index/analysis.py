@@ -454,6 +454,15 @@ class _Later:
     __hash__ = None  # type: ignore[assignment]
 
 
+# What the queries (index.store, index.searching) read, and why:
+# * text: term frequencies for BM25 and the required/excluded words. No positions: a phrase is
+#   checked on the candidates' own text (index.query), so the index need not store them.
+# * length: each item's exact token count, BM25's length normalization.
+# * session (sortable): restricts a search to one session, orders ties, and counts the sessions
+#   a project search covers (scope_size); role: which documents are visible items.
+# * files: whole recorded paths; its lexicon is what a ``files`` suffix or name is matched
+#   against (SearchIndex.file_paths), so paths must stay whole terms.
+# * project, tools, failed: the filters.
 SCHEMA = Schema(
     key=Exact(unique=True),
     role=Exact(),  # item | hidden | session

@@ -31,6 +31,8 @@ tokens), ties by session then sequence, filters applied while matching. A search
 takes that session's statistics, as upstream did (SESSION_STATISTICS; bench/search_eval.py
 measured it level with index-wide statistics on the fixtures, and it is what index.scan computes
 for a session that is not indexed yet); wider searches take every live visible item's.
+Required and excluded words (index.query) restrict the matching without changing a score; a
+quoted phrase is checked afterwards, on the text of the best candidates (index.searching).
 """
 
 from __future__ import annotations

@@ -75,3 +75,14 @@ def test_files_match_a_suffix_a_name_or_an_absolute_path_and_unknowns_are_listed
     assert found == (("src/hooks/handlers.go",), ("src/hooks/handlers.go",),
                      ("/abs/pkg/main.go",))
     assert unknown == ["nothere.go"]
+
+
+def test_a_reply_that_used_the_proxys_conversation_says_so_even_with_hits():
+    from context_paging.index.searched import Searched, searched_note
+
+    searched = Searched("session", ("ledger:abc",), 1, 40, None, "proxy")
+    assert searched_note(searched, parse("needle"), True, 0) == (
+        "Searched ledger:abc (the conversation the context-paging proxy forwarded last; no "
+        "session was given): 40 items; pass session to search another.")
+    mine = Searched("session", ("pi:x",), 1, 40, None, "directory")
+    assert searched_note(mine, parse("needle"), True, 0) is None
