@@ -8,8 +8,8 @@ error?": 20-150 characters, at least three words, no double quote. A line is kep
 occurs (case-insensitively) in the search text of exactly one item among all sessions, so the
 truth is that item. At most ``--per-session`` lines per session, evenly spaced.
 
-Each line is searched as a phrase (in double quotes) with ``scope="all"`` and no session, limit
-3, through ``History.search``. Printed: recall@3 (the owning item among the three), and the
+Each line is searched as a phrase (in double quotes; ``--unquoted``: as typed) with
+``scope="all"`` and no session, limit 3, through ``History.search``. Printed: recall@3 (the owning item among the three), and the
 share of found owners whose reply shows the matched line (a ``matches`` entry holding it).
 The same file runs against an older checkout for the "before" figure (``PYTHONPATH=<checkout>``);
 a reply without ``matches`` shows no line.
@@ -89,6 +89,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fixtures", type=Path, default=sessions_folder())
     parser.add_argument("--per-session", type=int, default=5)
+    parser.add_argument("--unquoted", action="store_true",
+                        help="search each line as typed, without the double quotes")
     parser.add_argument("--show-misses", action="store_true")
     args = parser.parse_args()
     fixtures = require(args.fixtures)
@@ -106,7 +108,8 @@ def main() -> None:
         misses = []
         started = time.perf_counter()
         for line, session, history_id in queries:
-            reply = history.search(f'"{line[:196]}"', None, "all", limit=3)
+            query = line[:198] if args.unquoted else f'"{line[:196]}"'
+            reply = history.search(query, None, "all", limit=3)
             owner = [r for r in reply.references if (r["session"], r["history_id"]) ==
                      (session, history_id)]
             found += bool(owner)
@@ -118,7 +121,9 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n = len(queries)
-    print(f"{n} lines from {len(refs)} sessions, searched with scope 'all' and no session")
+    form = "as typed" if args.unquoted else "in double quotes"
+    print(f"{n} lines from {len(refs)} sessions, searched {form} with scope 'all' and no "
+          "session")
     print(f"recall@3          {found}/{n} = {100 * found / max(n, 1):.1f}%")
     print(f"line shown        {shown}/{found} = {100 * shown / max(found, 1):.1f}% of found")
     print(f"({elapsed:.1f} s for the searches)", file=sys.stderr)
