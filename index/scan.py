@@ -154,10 +154,21 @@ _APART = {c: 32 for c in range(128) if chr(c) not in "abcdefghijklmnopqrstuvwxyz
 
 
 def _tokens(text: str) -> list[str]:
-    """``index.analysis.tokens(text)``, faster for ASCII text."""
+    """The tokens of ``text`` (``index.analysis.tokens``), not in their order: the ASCII lines
+    first, by translation, then the others by the tokenizer. No token spans a line, and the
+    index keeps counts, not order, so the memory index needs no more."""
     lowered = text.lower()
-    if not lowered.isascii():
-        return tokens(text)
+    if lowered.isascii():
+        return _ascii_tokens(lowered)
+    lines = lowered.split("\n")
+    plain = [line for line in lines if line.isascii()]
+    if not plain:
+        return tokens(lowered)
+    other = "\n".join(line for line in lines if not line.isascii())
+    return _ascii_tokens("\n".join(plain)) + tokens(other)
+
+
+def _ascii_tokens(lowered: str) -> list[str]:
     out = []
     for word in lowered.translate(_APART).split():
         if word[0] in _EDGES or word[-1] in _EDGES:

@@ -68,11 +68,13 @@ def test_overlapping_pairs_count_as_the_index_counts_them():
         [(h.history_id, round(h.score, 9)) for h in expected]
 
 
-@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t\n!@é请"), max_size=60))
-def test_the_memory_index_tokenizes_exactly_as_the_index(text):
+@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t\n!@é请\u212aİΣ"), max_size=60))
+def test_the_memory_index_finds_the_tokens_the_index_finds(text):
+    from collections import Counter
+
     from context_paging.index.scan import _tokens
 
-    assert _tokens(text) == tokens(text)
+    assert Counter(_tokens(text)) == Counter(tokens(text))
 
 
 def test_a_repeated_search_of_the_kept_memory_index_ranks_as_a_fresh_one():
