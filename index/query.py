@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from context_paging.index.analysis import _ASCII_TOKEN, _EDGES, _TOKEN, term_counts, tokens
+from context_paging.index.analysis import _ASCII_TOKEN, _EDGES, _TOKEN, tokens
 from context_paging.index.history import HistoryItem, block_text, search_text
 from context_paging.index.model import HiddenBlock, TextBlock, ToolCall
 
@@ -150,14 +150,33 @@ def _line_match(line: str, parsed: ParsedQuery) -> tuple[int, list[tuple[int, in
         for i in range(len(words) - size + 1):
             if tuple(words[i:i + size]) == phrase:
                 return 1000 + size, [(found[i][1], found[i + size - 1][2])]
-    wanted = parsed.terms
     spans, seen = [], set()
     for token, start, end in found:
-        hit = wanted & (term_counts([token]).keys() if not token.isalnum() else {token})
-        if hit:
-            spans.append((start, end))
-            seen |= hit
-    return len(seen), spans
+        for term in parsed.terms:
+            at = _inside(term, token)
+            if at >= 0:
+                spans.append((start + at, start + at + len(term)))
+                seen.add(term)
+    return len(seen), sorted(spans)
+
+
+_SEPARATOR = "./:-"
+
+
+def _inside(term: str, token: str) -> int:
+    """Where ``term`` stands in ``token`` as the whole token or as a run of its parts (between
+    separators or the edges: ``needle`` in ``src/needle.ts``, ``components/modal.tsx`` in
+    ``src/components/modal.tsx``), else -1."""
+    if term == token:
+        return 0
+    at = token.find(term)
+    while at >= 0:
+        end = at + len(term)
+        if (at == 0 or token[at - 1] in _SEPARATOR) and \
+                (end == len(token) or token[end] in _SEPARATOR):
+            return at
+        at = token.find(term, at + 1)
+    return -1
 
 
 def matches(item: HistoryItem, parsed: ParsedQuery, most: int = MAX_MATCHES) -> list[dict]:

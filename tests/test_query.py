@@ -86,3 +86,10 @@ def test_a_reply_that_used_the_proxys_conversation_says_so_even_with_hits():
         "session was given): 40 items; pass session to search another.")
     mine = Searched("session", ("pi:x",), 1, 40, None, "directory")
     assert searched_note(mine, parse("needle"), True, 0) is None
+
+
+def test_a_path_query_marks_the_part_of_a_longer_path_it_stands_in():
+    (shown,) = matches(item("M src/components/Modal.tsx"), parse("components/Modal.tsx"))
+    start, end = shown["spans"][0]
+    assert shown["text"][start:end] == "components/Modal.tsx"
+    assert matches(item("xcomponents/Modal.tsx"), parse("components/Modal.tsx")) == []
