@@ -262,3 +262,16 @@ def test_cli_search_with_a_quoted_phrase_across_sessions(home, capsys):
     out = capsys.readouterr().out
     assert out.startswith("Searched every session in the index: 2 sessions, 23 items.")
     assert f"    > read output call_bb_1 line 3: «{LINE}»" in out
+
+
+@pytest.mark.anyio
+async def test_mcp_search_pages_with_next_offset_and_matches_a_file_name(home):
+    base = {"query": "pager", "session": "pi:s2bbbbbb", "limit": 5}
+    _, _, first = await call(home, "search_history", base)
+    _, _, last = await call(home, "search_history", {**base, "offset": 10})
+    assert first["next_offset"] == 5 and len(first["references"]) == 5
+    assert last["next_offset"] is None and len(last["references"]) == 2
+    _, _, by_name = await call(home, "search_history", {
+        "query": "permission", "session": "pi:s2bbbbbb", "files": ["handlers.go"]})
+    assert [r["files"] for r in by_name["references"]] == \
+        [["/work/other/src/hooks/claudecode/handlers.go"]]
