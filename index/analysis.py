@@ -38,7 +38,7 @@ import regex
 from whoosh import columns, formats
 from whoosh.collectors import TopCollector
 from whoosh.fields import STORED, FieldType, Schema
-from whoosh.query import And, Or, Prefix, Query, Term
+from whoosh.query import And, Not, Or, Prefix, Query, Term
 from whoosh.reading import IndexReader, SegmentReader
 from whoosh.scoring import BM25F, BM25FScorer
 from whoosh.searching import Searcher
@@ -276,21 +276,38 @@ def filter_query(
     files: Sequence[str],
     tools: Sequence[str],
     failed: bool | None,
+    *extra: Query | None,
 ) -> Query | None:
     """The search's restrictions as one query (None: none): these sessions, this project or
     below it, and the filters of docs/search.md, "Filters" (every file and tool among the item's,
-    whole values; ``failed`` equal)."""
+    whole values; ``failed`` equal). A ``files`` entry may be a tuple of alternative paths
+    (the recorded paths a suffix stands for). ``extra``: more restrictions (the query's
+    required and excluded words)."""
     parts: list[Query] = []
     if sessions is not None:
         parts.append(Or([Term("session", s) for s in sessions]))
     if project:
         root = project_path(project)
         parts.append(Or([Term("project", root), Prefix("project", root.rstrip("/") + "/")]))
-    parts.extend(Term("files", f) for f in dict.fromkeys(files))
+    for entry in dict.fromkeys(files):
+        alternatives = (entry,) if isinstance(entry, str) else entry
+        parts.append(Or([Term("files", f) for f in alternatives]))
     parts.extend(Term("tools", t) for t in dict.fromkeys(tools))
     if failed is not None:
         parts.append(Term("failed", "true" if failed else "false"))
+    parts.extend(q for q in extra if q is not None)
     return _all(parts)
+
+
+def required_query(words: Sequence[str]) -> Query | None:
+    """Items holding every one of ``words`` (each as a query token: whole, or all its pairs)."""
+    return _all([token_query(t) for t in query_tokens(" ".join(words))])
+
+
+def excluded_query(words: Sequence[str]) -> Query | None:
+    """Items holding none of ``words``."""
+    found = [token_query(t) for t in query_tokens(" ".join(words))]
+    return Not(found[0] if len(found) == 1 else Or(found)) if found else None
 
 
 def _all(parts: list[Query]) -> Query | None:
@@ -441,6 +458,15 @@ class _Later:
     __hash__ = None  # type: ignore[assignment]
 
 
+# What the queries (index.store, index.searching) read, and why:
+# * text: term frequencies for BM25 and the required/excluded words. No positions: a phrase is
+#   checked on the candidates' own text (index.query), so the index need not store them.
+# * length: each item's exact token count, BM25's length normalization.
+# * session (sortable): restricts a search to one session, orders ties, and counts the sessions
+#   a project search covers (scope_size); role: which documents are visible items.
+# * files: whole recorded paths; its lexicon is what a ``files`` suffix or name is matched
+#   against (SearchIndex.file_paths), so paths must stay whole terms.
+# * project, tools, failed: the filters.
 SCHEMA = Schema(
     key=Exact(unique=True),
     role=Exact(),  # item | hidden | session

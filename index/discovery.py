@@ -107,6 +107,11 @@ def _by_id(ident: str, roots: Mapping[str, Path | None], source: str | None) -> 
     prefixed = [f for f in candidates if f.session_id.startswith(ident)]
     matches = exact or (prefixed if len(ident) >= MIN_PREFIX else [])
     label = f"{source}:{ident}" if source else ident
+    if not matches and prefixed:
+        raise SessionRefError(
+            f"{label!r} is too short: a session id prefix needs at least {MIN_PREFIX} "
+            f"characters ({len(prefixed)} session(s) start with it, e.g. {prefixed[0].ref})"
+        )
     if not matches:
         raise SessionRefError(
             f"no session matches {label!r}; list sessions (the list_sessions tool or "

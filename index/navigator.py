@@ -25,6 +25,10 @@ from context_paging.index.history import public_result as _public_result
 
 COMPACT_LIMIT = 8_000
 MAX_PAGE = 2_000
+# load_history's reply stays under this many characters of JSON (about 6,000 tokens): the
+# longest tool outputs are cut first, and the note names the call that returns each one whole.
+LOAD_LIMIT = 24_000
+LOAD_KEEP = 1_000  # characters a cut output still shows
 
 
 class NavigatorError(ValueError):
@@ -228,6 +232,40 @@ class Navigator:
                 "read the original history item instead",
             )
         return _public_result(result)
+
+
+def cap_items(items: list[dict[str, Any]], limit: int = LOAD_LIMIT
+              ) -> tuple[list[dict[str, Any]], str | None]:
+    """Public items cut to ``limit`` characters of JSON: the longest tool-output text blocks
+    are shortened to their first ``LOAD_KEEP`` characters (marked with ``cut_characters``) until
+    the items fit. Returns the note naming each cut output and how to read it whole."""
+    size = len(dumps(items))
+    if size <= limit:
+        return items, None
+    blocks = []  # (length, item, result, block index)
+    for item in items:
+        for result in item.get("tool_results", ()):
+            for index, block in enumerate(result["content"]):
+                if block and block.get("type") == "text" and len(block["text"]) > LOAD_KEEP:
+                    blocks.append((len(block["text"]), item, result, index))
+    cut: dict[str, tuple[str, int]] = {}
+    for length, item, result, index in sorted(blocks, key=lambda row: -row[0]):
+        if size <= limit:
+            break
+        block = result["content"][index]
+        result["content"][index] = {**block, "text": block["text"][:LOAD_KEEP],
+                                    "cut_characters": length - LOAD_KEEP}
+        size -= length - LOAD_KEEP
+        cut[result["tool_call_id"]] = (item["history_id"], length)
+    calls = "; ".join(
+        f"recall(tool_call_id={call!r}) or read_context_output(history_id={owner!r}, "
+        f"source='tool_result', tool_call_id={call!r}) for {length:,} characters"
+        for call, (owner, length) in cut.items())
+    note = (f"Cut to stay under {limit:,} characters: {len(cut)} long tool output(s) show "
+            f"their first {LOAD_KEEP:,} characters (cut_characters says how many follow). "
+            f"Whole: {calls}." if cut else
+            f"These items take {size:,} characters; load fewer at a time.")
+    return items, note
 
 
 def compact_references(references: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:

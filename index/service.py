@@ -15,10 +15,10 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from context_paging.index import searching
 from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import (
     SessionFileRef,
@@ -30,7 +30,7 @@ from context_paging.index.gate import Gate
 from context_paging.index.history import HistoryItem, block_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
-from context_paging.index.navigator import Navigator, NavigatorError, compact_references
+from context_paging.index.navigator import Navigator, NavigatorError, cap_items, compact_references
 from context_paging.index.proxied import (
     FRESH_SECONDS,
     conversation_stats,
@@ -38,10 +38,11 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.recall import Recalled, find_original, recall_text
-from context_paging.index.scan import phrase_first, phrase_pool, scan_search
+from context_paging.index.scan import MemoryIndex
+from context_paging.index.searching import SearchReply
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.stats import Stats
-from context_paging.index.store import Hit, IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
+from context_paging.index.store import IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
 from context_paging.paging.models import model_window
@@ -49,7 +50,6 @@ from context_paging.paging.models import model_window
 log = logging.getLogger("context_paging")
 
 Progress = Callable[[float, float | None, str], None]
-LOADED_BY_SEARCH = 3
 
 
 class NoSessionGiven(SessionRefError):
@@ -58,19 +58,11 @@ class NoSessionGiven(SessionRefError):
 
     def __init__(self, cwd: str) -> None:
         super().__init__(
-            "no session given, select_context has not been called, and no session ran in "
-            f"{cwd}; pass session (for example 'claude:<id>' from list_sessions)"
+            f"no session given, select_context has not been called, no session ran in {cwd} "
+            "and the proxy forwarded no conversation in the last 6 hours; pass session (for "
+            "example 'claude:<id>' from list_sessions)"
         )
         self.cwd = cwd
-
-
-@dataclass(frozen=True, slots=True)
-class SearchReply:
-    references: list[dict[str, Any]]
-    items: list[dict[str, Any]] | None
-    unloaded_history_ids: list[str] | None
-    note: str | None
-    indexed_sessions: int
 
 
 class History:
@@ -94,8 +86,7 @@ class History:
         self._making = threading.Lock()
         self.gate = Gate()
         self._syncing: dict[str, threading.Thread] = {}
-        self._lengths: dict[str, dict] = {}  # per session: item lengths and stand-ins (scan)
-        self._scanned: dict[str, tuple[object, list[IndexDoc]]] = {}  # the last scanned session
+        self._scanned: dict[str, tuple[object, MemoryIndex]] = {}  # the last session in memory
 
     @property
     def context(self) -> ContextService:
@@ -183,16 +174,27 @@ class History:
         return cached[1]
 
     def resolve_default(self, ref: str | None) -> str:
-        """The given reference, else the current select_context session, else the conversation
-        the proxy forwarded last (within the last hours), else this directory's."""
+        """The given reference, else the default session (:meth:`default_session`)."""
+        return self.default_session(ref)[0]
+
+    def default_session(self, ref: str | None) -> tuple[str, str]:
+        """(session, how it was chosen): DEFAULT_SESSION_RULE, the one rule of the CLI and
+        the tools. A person's directory comes before the proxy, another program: the proxy's
+        conversation is the last resort, and replies that use it say so."""
         if ref:
-            return ref
+            return ref, "given"
         if self.current_session:
-            return self.current_session
+            return self.current_session, "select_context"
+        cwd = os.getcwd()
+        here = self._newest_in(cwd)
+        if here:
+            return here, "directory"
         proxied = last_proxied(self.home, FRESH_SECONDS)  # the proxy is another process
         if proxied:
-            return proxied
-        cwd = os.getcwd()
+            return proxied, "proxy"
+        raise NoSessionGiven(cwd)
+
+    def _newest_in(self, cwd: str) -> str | None:
         dated = []
         for found in iter_session_files(self.catalog.roots):
             try:  # a file deleted since the listing is no candidate (not a STORAGE_ERROR)
@@ -207,7 +209,7 @@ class History:
                     return found.ref
             except (OSError, UnknownFormat):
                 continue
-        raise NoSessionGiven(cwd)
+        return None
 
     def stats(self, ref: str | None, enabled: bool = True) -> Stats:
         ref = self.resolve_default(ref)
@@ -244,7 +246,7 @@ class History:
         running = self._syncing.get(canonical)
         if running is not None and running.is_alive():
             return
-        if sum(len(d.text) for d in self._scanned[canonical][1]) >= CHILD_FROM_CHARS:
+        if sum(len(d.text) for d in self._scanned[canonical][1].docs) >= CHILD_FROM_CHARS:
             method = "fork" if threading.active_count() == 1 else "spawn"
             worker: Any = multiprocessing.get_context(method).Process(
                 target=_index_in_child, args=(self.catalog.roots, self.home, canonical),
@@ -268,7 +270,6 @@ class History:
         for worker in list(self._syncing.values()):
             worker.join()
         self._syncing.clear()
-        self._lengths.clear()
         self._scanned.clear()
 
     def index_all(self, progress: Progress | None = None) -> int:
@@ -335,56 +336,35 @@ class History:
         load: bool = False,
         progress: Progress | None = None,
         directory: str | None = None,
+        offset: int = 0,
     ) -> SearchReply:
-        if scope == "session":
-            canonical, cwd, items, state = self._open(self.resolve_default(session))
-            pool = phrase_pool(query, limit)  # a phrase's holders go first (index.scan)
-            if self.store.file_state(canonical) != state:
-                # Not indexed yet, or behind: answer from the parsed session now and let the index
-                # catch up in the background (docs/search.md, "While the index is being built").
-                if progress:
-                    progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
-                cached = self._scanned.get(canonical)
-                if cached is None or cached[0] is not items:  # the same parse: the same docs
-                    cached = (items, [doc_for(canonical, cwd, i, "-") for i in items])
-                    self._scanned = {canonical: cached}  # one session's worth of memory
-                docs = cached[1]
-                lengths = self._lengths.get(canonical, {})
-                self._lengths = {canonical: lengths}  # its stand-ins: one session's worth too
-                hits = scan_search(docs, query, files, tools, failed, pool, lengths)
-                self._catch_up(canonical, cwd, items, state)
-                return self._reply(phrase_first(hits, query, items, limit), load, 1)
-            sessions, project = [canonical], None
-        else:
-            # Searching everything needs no session; a project needs a directory: the one
-            # given, else the session's, else this process's.
-            if scope == "project" and not directory:
-                directory = self._project_of(session)
-            self.index_all(progress)
-            sessions, project = None, directory if scope == "project" else None
-        hits = self.store.search(
-            query, sessions=sessions, project=project, files=files, tools=tools,
-            failed=failed, limit=pool if scope == "session" else limit,
-        )
-        if scope == "session":
-            hits = phrase_first(hits, query, items, limit)
-        return self._reply(hits, load, len(sessions or []))
+        """One page of hits with the lines each matched and what was searched
+        (:func:`index.searching.search`)."""
+        return searching.search(self, query, session, scope, files, tools, failed, limit, load,
+                                progress, directory, offset)
 
-    def _reply(self, hits: Sequence[Hit], load: bool, searched: int) -> SearchReply:
-        references = []
-        for hit in hits:
-            reference = self.navigator(hit.session).reference_for(hit.history_id)
-            if reference is not None:
-                references.append(reference)
-        references, note = compact_references(references)
-        items = unloaded = None
-        if load:
-            items = [
-                self.navigator(r["session"]).load([r["history_id"]])[0]
-                for r in references[:LOADED_BY_SEARCH]
-            ]
-            unloaded = [r["history_id"] for r in references[LOADED_BY_SEARCH:]]
-        return SearchReply(references, items, unloaded, note, searched)
+    def memory_index(self, canonical: str, cwd: str, items: Sequence[HistoryItem]
+                     ) -> MemoryIndex:
+        """The session's in-memory index, built once per parse of the session (one session's
+        worth of memory is kept)."""
+        cached = self._scanned.get(canonical)
+        if cached is None or cached[0] is not items:
+            memory = MemoryIndex([doc_for(canonical, cwd, i, "-") for i in items])
+            cached = (items, memory)
+            self._scanned = {canonical: cached}
+        return cached[1]
+
+    def catch_up(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
+                 state: dict[str, Any]) -> None:
+        """Index one session in the background (see ``_catch_up``)."""
+        self._catch_up(canonical, cwd, items, state)
+
+    def project_of(self, session: str | None) -> str:
+        return self._project_of(session)
+
+    def opened(self, ref: str) -> tuple[str, str, Sequence[HistoryItem], dict[str, Any]]:
+        """(canonical ref, cwd, raw items, file state) of a session reference."""
+        return self._open(ref)
 
     def _project_of(self, session: str | None) -> str:
         """The working directory of the given (or current) session, else the process's."""
@@ -403,6 +383,12 @@ class History:
 
     def load(self, session: str | None, history_ids: Sequence[str]) -> list[dict[str, Any]]:
         return self.navigator(session).load(history_ids)
+
+    def load_capped(self, session: str | None, history_ids: Sequence[str]
+                    ) -> tuple[list[dict[str, Any]], str | None]:
+        """load_history's reply: the items capped (``navigator.cap_items``), and the note
+        when outputs were cut."""
+        return cap_items(self.load(session, history_ids))
 
     def read_output(self, session: str | None, **kwargs: Any) -> dict[str, Any]:
         return self.navigator(session).read_output(**kwargs)

@@ -31,6 +31,8 @@ tokens), ties by session then sequence, filters applied while matching. A search
 takes that session's statistics, as upstream did (SESSION_STATISTICS; bench/search_eval.py
 measured it level with index-wide statistics on the fixtures, and it is what index.scan computes
 for a session that is not indexed yet); wider searches take every live visible item's.
+Required and excluded words (index.query) restrict the matching without changing a score; a
+quoted phrase is checked afterwards, on the text of the best candidates (index.searching).
 """
 
 from __future__ import annotations
@@ -59,11 +61,14 @@ from context_paging.index.analysis import (
     Bm25,
     Corpus,
     RankCollector,
+    decode,
     encode,
     filter_query,
     merge_tiers,
     project_path,
+    excluded_query,
     query_tokens,
+    required_query,
     segment_frequency,
     segment_totals,
     session_items,
@@ -281,17 +286,22 @@ class SearchIndex:
         tools: Sequence[str] = (),
         failed: bool | None = None,
         limit: int = 5,
+        required: Sequence[str] = (),
+        excluded: Sequence[str] = (),
     ) -> list[Hit]:
         """BM25 hits, best first, ties by session then sequence
         (docs/search.md, "Ranking", "Filters").
 
         ``""`` matches every item (score 0, oldest first); a query without tokens matches
         nothing. Filters apply before ``limit``. ``project`` keeps the items of sessions that
-        ran in that directory or below it; ``None`` or ``""`` keeps all.
+        ran in that directory or below it; ``None`` or ``""`` keeps all. ``files`` entries are
+        paths or tuples of alternative paths. ``required`` tokens must all be in a hit,
+        ``excluded`` ones none (index.query); neither changes a hit's score.
         """
         if limit < 1 or (sessions is not None and not sessions):
             return []
-        restrict = filter_query(sessions, project, files, tools, failed)
+        restrict = filter_query(sessions, project, files, tools, failed,
+                                required_query(required), excluded_query(excluded))
         if query == "":
             visible = Term("role", "item")
             q = visible if restrict is None else And([visible, restrict])
@@ -348,6 +358,25 @@ class SearchIndex:
                     self._frequencies[key, session, term] = segment_frequency(reader, term, ids)
                 frequencies[encode(term)] += self._frequencies[key, session, term]
         return Corpus(items, total / items if items else 0.0, frequencies)
+
+    def scope_size(self, project: str | None = None) -> tuple[int, int]:
+        """(sessions, visible items) a search of every session (or of ``project``) covers."""
+        with self._reading() as searcher:
+            if not project:
+                sessions = sum(1 for _ in searcher.docs_for_query(Term("role", "session")))
+                return sessions, self._corpus([]).items
+            restrict = filter_query(None, project, (), (), None)
+            found = list(searcher.docs_for_query(And([Term("role", "item"), restrict])))
+            if not found:
+                return 0, 0
+            column = searcher.reader().column_reader("session", translate=True)
+            return len({column[d] for d in found}), len(found)
+
+    def file_paths(self) -> set[str]:
+        """Every file path some indexed item touched (what a ``files`` suffix is matched
+        against)."""
+        with self._reading() as searcher:
+            return {decode(t) for t in searcher.reader().lexicon("files")}
 
     def file_state(self, session: str) -> dict | None:
         """The ``file_state`` the last sync of ``session`` stored, or None."""

@@ -18,6 +18,7 @@ from context_paging.server.errors import Failure, failure
 from context_paging.server.idle import Idler
 from context_paging.server.sampling import Sampler
 from mcp.types import CallToolResult, TextContent
+from pydantic import ValidationError
 
 if TYPE_CHECKING:
     from context_paging.index.service import History
@@ -71,6 +72,22 @@ class Deps:
                 self.lock.release()
 
         return await anyio.to_thread.run_sync(locked)
+
+
+def argument_failure(exc: ValidationError) -> Failure:
+    """Arguments that fail the input schema, coded like every other failure: each bad field
+    with the value given and the rule (pydantic's own text carries a URL and its layout)."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "arguments"
+        if error["type"] == "missing":
+            problems.append(f"field {field!r} is required")
+            continue
+        given = repr(error.get("input"))
+        given = given if len(given) <= 80 else given[:77] + "..."
+        rule = error["msg"][:1].lower() + error["msg"][1:]
+        problems.append(f"field {field!r} is {given}: {rule}")
+    return Failure("INVALID_ARGUMENT", "; ".join(problems) + "; see the tool's input schema")
 
 
 def error_result(failed: Failure) -> CallToolResult:

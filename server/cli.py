@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from context_paging.index import private
+from context_paging.index.searched import DEFAULT_SESSION_RULE
 from context_paging.server import clients, forget_cli, terminal_cli
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
@@ -149,6 +150,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
             reply = history.search(
                 args.query, args.session, args.scope, args.file or (), args.tool or (),
                 args.failed, args.limit, progress=progress, directory=args.project,
+                offset=args.offset,
             )
             _print_search(args, reply, progress)
             progress.phase("bringing the search index up to date for the next search")
@@ -164,11 +166,14 @@ def _print_search(args: argparse.Namespace, reply, progress) -> None:
         progress.emit(json_text(search_result(reply).model_dump()))
         return
     if not reply.references:
-        progress.emit(f"No match for {args.query!r}.")
+        progress.emit(reply.note or f"No match for {args.query!r}.")
         return
+    progress.emit(reply.searched.describe() + ".")
     progress.emit(render_references(reply.references))
     if reply.note:
         progress.emit(reply.note)
+    if reply.next_offset is not None:
+        progress.emit(f"More hits: add --offset {reply.next_offset}.")
 
 
 def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
@@ -250,22 +255,27 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
                        "model's recovery tools (default: the [server] tools setting, 'all')")
     serve.set_defaults(run=_cmd_serve)
 
-    search = commands.add_parser("search", help="search session history")
+    search = commands.add_parser(
+        "search", help="search session history",
+        description='Words rank by BM25; "a phrase" in double quotes must stand as written; '
+        "AND requires every word; -word leaves items out. " + DEFAULT_SESSION_RULE)
     search.add_argument("query", help="words, \"a phrase\", a path or an identifier; at "
                         "most 200 characters")
-    search.add_argument("--session", help="session reference (default: this directory's newest)")
+    search.add_argument("--session", help="session reference (default: see above)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session",
                         help="search one session (default), every session of a project "
                         "directory, or every session under the roots")
     search.add_argument("--project", help="with --scope project: this directory "
                         "(default: the session's, else the current directory)")
-    search.add_argument("--file", action="append", help="only turns that touched this path")
+    search.add_argument("--file", action="append", help="only turns that touched this file (a "
+                        "path, a suffix of one, or a file name)")
     search.add_argument("--tool", action="append", help="only turns that called this tool")
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None,
                         help="only turns whose tool call failed (--no-failed: only turns "
                         "without a failure; default: both)")
-    search.add_argument("--limit", type=int, default=5, choices=range(1, 11), metavar="1-10",
+    search.add_argument("--limit", type=int, default=5, choices=range(1, 51), metavar="1-50",
                         help="references to return (default 5)")
+    search.add_argument("--offset", type=int, default=0, help="hits to skip (the next page)")
     search.add_argument("--json", action="store_true", help="the search_history reply as JSON")
     add_quiet(search)
     search.set_defaults(run=_cmd_search)

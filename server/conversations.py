@@ -22,7 +22,7 @@ from collections import OrderedDict
 
 from context_paging.server.wire import Body
 
-_MARKER = re.compile(r',\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*,?')
+_MARKER = re.compile(rb',\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*,?')
 KEPT = 512  # conversations remembered (the oldest is forgotten first)
 
 
@@ -31,10 +31,10 @@ def chain(body: Body) -> list[bytes]:
     out: list[bytes] = []
     previous = b""
     for start, end in body.items:
-        text = body.text[start:end]
-        if '"cache_control"' in text:
-            text = _MARKER.sub("", text)
-        previous = hashlib.blake2b(previous + text.encode(), digest_size=16).digest()
+        text = body.raw[start:end]  # the message's bytes (spans are byte spans)
+        if b'"cache_control"' in text:
+            text = _MARKER.sub(b"", text)
+        previous = hashlib.blake2b(previous + text, digest_size=16).digest()
         out.append(previous)
     return out
 

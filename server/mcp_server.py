@@ -20,11 +20,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 import anyio.from_thread
 from context_paging.index.canonical import orjson, plain
+from context_paging.index.searched import DEFAULT_SESSION_RULE
 from context_paging.index.stats import render as render_stats
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.window_form import FORMS
 from context_paging.paging.window_form import check as check_form
-from context_paging.server.binding import Deps, ToolFailure, bind
+from context_paging.server.binding import (
+    Deps,
+    ToolFailure,
+    argument_failure,
+    bind,
+    error_result,
+)
 from context_paging.server.config import Settings
 from context_paging.server.idle import Idler
 from context_paging.server.results import (
@@ -39,13 +46,15 @@ from context_paging.server.results import (
     StatsResult,
     Usage,
     browse_result,
+    marked_copy,
     search_result,
 )
 from context_paging.server.sampling import Prompt, Sampler
 from context_paging.server.select_sampling import judge_for, with_sampling
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from context_paging import __version__
 
@@ -80,9 +89,7 @@ SessionArg = Annotated[
     str | None,
     Field(
         description="A reference from list_sessions ('claude:<id>', 'pi:<id>', 'codex:<id>', "
-        "'ledger:<id>') or a bare id. Default: the session select_context last saw, else the "
-        "conversation the context-paging proxy forwarded last, else the newest session run in "
-        "the server's working directory.",
+        "'ledger:<id>') or a bare id (6 characters or more). " + DEFAULT_SESSION_RULE,
         max_length=4096,
     ),
 ]
@@ -154,8 +161,10 @@ def progress_reporter(ctx: Context) -> Callable[[float, float | None, str], None
 
 async def search_history(
     deps: Deps,
-    query: Annotated[str, Field(max_length=200, description="Text to find; an empty "
-                                "string lists items oldest first")],
+    query: Annotated[str, Field(max_length=200, description="Words to find (any may match); "
+                                "\"a phrase\" in double quotes, AND to require every word, "
+                                "-word to leave items out; an empty string lists items "
+                                "oldest first")],
     ctx: Context,
     session: SessionArg = None,
     scope: Annotated[Literal["session", "project", "all"], Field(
@@ -163,24 +172,29 @@ async def search_history(
         "directory (the session's, else the server's); all: every session (no session "
         "needed)")] = "session",
     files: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
-        max_length=10, description="Only turns that touched every one of these exact paths")
-    ] = None,
+        max_length=10, description="Only turns that touched every one of these files: a "
+        "path, a suffix of one or a file name")] = None,
     tools: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
         max_length=10, description="Only turns that called every one of these tools")] = None,
     failed: Annotated[bool | None, Field(description="Only failed (true) or successful "
                                          "(false) items")] = None,
-    limit: Annotated[int, Field(ge=1, le=10)] = 5,
+    limit: Annotated[int, Field(ge=1, le=50)] = 5,
+    offset: Annotated[int, Field(ge=0, le=10_000, description="Hits to skip: a reply's "
+                                 "next_offset")] = 0,
     load: Annotated[bool, Field(
         description="Also return the first three items in full")] = False,
 ) -> Annotated[CallToolResult, SearchResult]:
-    """Find earlier history items by words, identifiers, paths or error text. Returns
-    references (history_id, preview, tools, files); follow up with load_history or
+    """Find earlier history items by words, identifiers, paths or error text. Each reference
+    shows the lines that matched (marked «…», with the tool, tool_call_id and line to pass to
+    recall), and the reply says what was searched; follow up with recall, load_history or
     browse_history."""
     reply = await deps.run(
         deps.history.search, query, session, scope, files or (), tools or (), failed, limit,
-        load, progress_reporter(ctx),
+        load, progress_reporter(ctx), offset=offset,
     )
-    return _reply(search_result(reply))
+    value = search_result(reply).model_dump()
+    return CallToolResult(content=[TextContent(type="text", text=compact_json(
+        marked_copy(value)))], structured_content=value)
 
 
 async def browse_history(
@@ -209,10 +223,11 @@ async def load_history(
     history_ids: Annotated[list[HistoryId], Field(min_length=1, max_length=3)],
     session: SessionArg = None,
 ) -> Annotated[CallToolResult, LoadResult]:
-    """Return up to three history items exactly. Hidden blocks (thinking) are null. For long
-    outputs use read_context_output."""
-    items = await deps.run(deps.history.load, session, history_ids)
-    return _reply(LoadResult(items=items))
+    """Return up to three history items exactly. Hidden blocks (thinking) are null. A reply
+    over 24,000 characters has its longest outputs cut, and its note names the recall call
+    for each."""
+    items, note = await deps.run(deps.history.load_capped, session, history_ids)
+    return _reply(LoadResult(items=items, note=note))
 
 
 async def read_context_output(
@@ -233,7 +248,13 @@ async def read_context_output(
         deps.history.read_output, session, history_id=history_id, source=source,
         content_index=content_index, tool_call_id=tool_call_id, offset=offset, limit=limit,
     )
-    return _reply(OutputPage(**page))
+    result = OutputPage(**page)
+    content = [TextContent(type="text", text=result.text)]
+    if result.next_offset is not None:
+        content.append(TextContent(type="text", text=(
+            f"[characters {result.offset}-{result.next_offset} of {result.total_characters}; "
+            f"next page: offset={result.next_offset}]")))
+    return CallToolResult(content=content, structured_content=result.model_dump())
 
 
 async def recall(
@@ -394,6 +415,20 @@ TOOLS = (
 RECOVERY_TOOLS = frozenset(t.name for t in TOOLS if "recovery" in t.sets)
 
 
+class Server(MCPServer):
+    """The SDK's server with argument errors coded like the tools' own (``INVALID_ARGUMENT:
+    field 'direction' is required …``) instead of the validator's raw text."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return error_result(argument_failure(exc.__cause__))
+            raise
+
+
 def make_history(settings: Settings, distill: DistillConfig | None = None) -> History:
     """The one History of a process, configured from settings (``distill``: the ``[distill]``
     settings, when the caller has read them already)."""
@@ -440,8 +475,8 @@ def create_server(settings: Settings, history: History | LoadingHistory | None =
     lock = threading.Lock()
     deps = Deps(history, settings, lock, Sampler(history.distill_config),
                 Idler(history.idle, lock))
-    server = MCPServer("context-paging", instructions=INSTRUCTIONS, version=__version__,
-                       log_level="WARNING")
+    server = Server("context-paging", instructions=INSTRUCTIONS, version=__version__,
+                    log_level="WARNING")
     server.history = history  # type: ignore[attr-defined]  # for tests and the ledger
     server.history_lock = deps.lock  # type: ignore[attr-defined]
     server.idler = deps.idler  # type: ignore[attr-defined]  # serve kicks it after each write

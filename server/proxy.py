@@ -371,6 +371,7 @@ def _holds(window: list[dict[str, Any]], block: dict[str, Any]) -> bool:
 # ``mcp__context-paging__search_history``), or as Codex's deferred namespace for the server
 # (``mcp__context_paging``, its name normalized), listed without its tools.
 _TOOL_MARKS = ("search_history", "mcp__context_paging", "mcp__context-paging")
+_TOOL_BYTES = tuple(mark.encode() for mark in _TOOL_MARKS)
 
 
 def has_recovery_tools(api: wire.Api, body: wire.Body) -> bool:
@@ -378,16 +379,16 @@ def has_recovery_tools(api: wire.Api, body: wire.Body) -> bool:
     server registered): in ``tools``, or in a resident item that carries tool lists (Codex's
     ``additional_tools``, its deferred tool namespaces)."""
     span = body.spans.get("tools")
-    if span and isinstance(body.value.get("tools"), list) and _marked(body.text, *span):
+    if span and isinstance(body.value.get("tools"), list) and _marked(body.raw, *span):
         return True
-    return any(_marked(body.text, start, end)
+    return any(_marked(body.raw, start, end)
                for (start, end), item in zip(body.items, body.value[api.field], strict=True)
                if is_resident(item, api.fmt))
 
 
-def _marked(text: str, start: int, end: int) -> bool:
-    part = text[start:end]
-    return any(mark in part for mark in _TOOL_MARKS)
+def _marked(raw: bytes, start: int, end: int) -> bool:
+    part = raw[start:end]
+    return any(mark in part for mark in _TOOL_BYTES)
 
 
 def _name_session(window: list[dict[str, Any]], notice: str | None, text: str | None,

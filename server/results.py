@@ -27,11 +27,39 @@ class Reference(BaseModel):
     next_history_id: str | None
 
 
+class Match(BaseModel):
+    source: Literal["user", "assistant", "tool_result"]
+    tool_name: str | None = Field(description="The tool whose call or output this line is in")
+    tool_call_id: str | None = Field(description="For a tool output: pass it to recall or "
+                                     "read_context_output")
+    content_index: int | None = Field(description="For a user or assistant block: its index")
+    line: int = Field(description="1-based line in that output or block (recall's offset)")
+    text: str = Field(description="The line, clipped around the match ('…' where cut)")
+    spans: list[list[int]] = Field(description="[start, end) of each match in text")
+
+
+class SearchReference(Reference):
+    matches: list[Match] = Field(description="The lines that made this a hit, best first")
+
+
+class Searched(BaseModel):
+    scope: Literal["session", "project", "all"]
+    sessions: list[str] = Field(description="The session searched (scope 'session')")
+    session_count: int
+    item_count: int
+    project: str | None = None
+    chosen_by: Literal["given", "select_context", "directory", "proxy"] | None = Field(
+        default=None, description="How the session was chosen when none was given")
+
+
 class SearchResult(BaseModel):
-    references: list[Reference]
+    references: list[SearchReference]
     items: list[dict[str, Any]] | None = None
     unloaded_history_ids: list[str] | None = None
     note: str | None = None
+    searched: Searched
+    next_offset: int | None = Field(default=None, description="Pass as offset for the next "
+                                    "page of hits; null when there are no more")
 
 
 class BrowseResult(BaseModel):
@@ -41,9 +69,14 @@ class BrowseResult(BaseModel):
 
 class LoadResult(BaseModel):
     items: list[dict[str, Any]]
+    note: str | None = Field(default=None, description="Set when long tool outputs were cut "
+                             "to keep the reply small: the calls that return them whole")
 
 
 class OutputPage(BaseModel):
+    """A page of read_context_output. The text copy of the reply is the page's text itself,
+    then (when more follows) a second text with the call for the next page."""
+
     offset: int
     next_offset: int | None
     total_characters: int
@@ -101,9 +134,24 @@ class StatsResult(Stats):
 def search_result(reply: SearchReply) -> SearchResult:
     """search_history's reply (also ``context-paging search --json``)."""
     return SearchResult(
-        references=[Reference(**r) for r in reply.references], items=reply.items,
+        references=[SearchReference(**r) for r in reply.references], items=reply.items,
         unloaded_history_ids=reply.unloaded_history_ids, note=reply.note,
+        searched=Searched(**{f: getattr(reply.searched, f) for f in Searched.model_fields}),
+        next_offset=reply.next_offset,
     )
+
+
+def marked_copy(value: dict[str, Any]) -> dict[str, Any]:
+    """search_history's reply as the model reads it: each match's line with its spans in «…»
+    (the offsets stay in the structured content)."""
+    from context_paging.index.query import marked
+
+    references = []
+    for reference in value["references"]:
+        shown = [{k: v for k, v in m.items() if k != "spans" and v is not None}
+                 | {"text": marked(m["text"], m["spans"])} for m in reference["matches"]]
+        references.append({**reference, "matches": shown})
+    return {**value, "references": references}
 
 
 def browse_result(references: list[dict[str, Any]], note: str | None) -> BrowseResult:

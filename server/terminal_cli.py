@@ -66,8 +66,8 @@ def terminal_message(exc: Exception) -> str:
     from context_paging.index.service import NoSessionGiven  # not at import: --version stays quick
 
     if isinstance(exc, NoSessionGiven):
-        return (f"no session given and none ran in {exc.cwd}: pass --session REF "
-                "(see `context-paging sessions`)")
+        return (f"no session given, none ran in {exc.cwd} and the proxy forwarded none in the "
+                "last 6 hours: pass --session REF (see `context-paging sessions`)")
     message = str(exc)
     for pattern, replacement in _TERMINAL_WORDING:
         message = pattern.sub(replacement, message)
@@ -85,7 +85,21 @@ def render_references(references: Sequence[dict[str, Any]]) -> str:
         tools = f" [{', '.join(ref['tools'][:4])}]" if ref["tools"] else ""
         out.append(f"{ref['session']}  {ref['history_id']}  #{ref['sequence']} {ref['kind']}"
                    f"{flags}{tools}\n    {ref['preview']}")
+        out.extend(_match_line(m) for m in ref.get("matches") or ())
     return "\n".join(out)
+
+
+def _match_line(match: dict[str, Any]) -> str:
+    """Where a search hit matched and the line, its match in «…»."""
+    from context_paging.index.query import marked
+
+    if match["tool_call_id"] and match["source"] == "tool_result":
+        where = f"{match['tool_name'] or 'tool'} output {match['tool_call_id']} line {match['line']}"
+    elif match["tool_call_id"]:
+        where = f"{match['tool_name']} call"
+    else:
+        where = f"{match['source']} block {match['content_index']} line {match['line']}"
+    return f"    > {where}: {marked(match['text'], match['spans'])}"
 
 
 def _block(index: int, block: dict[str, Any] | None) -> str:

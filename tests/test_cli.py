@@ -53,15 +53,21 @@ PI_V3 = "pi:019cc0de-3333-7000-8000-00000000b003"
 CLAUDE = "claude:7c0ffee0-1111-4222-8333-444455556666"
 
 
-def test_search_prints_references_for_a_session(home, capsys):
+def test_search_prints_what_it_searched_then_each_reference_with_its_matched_line(home, capsys):
     assert main(["--home", str(home), "search", "ZeroDivisionError", "--session", PI_V1]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(PI_V1) and "model_turn failed [bash]" in out and "test_report.py" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Searched {PI_V1}: 14 items."
+    assert lines[1].startswith(PI_V1) and "model_turn failed [bash]" in lines[1]
+    assert "test_report.py" in lines[2]
+    assert lines[3] == ("    > bash output toolu_pi1_a line 97: E   «ZeroDivisionError»: "
+                        "division by zero in report.py:42 (average_per_shelf)")
 
 
-def test_search_says_when_nothing_matches(home, capsys):
+def test_search_says_what_it_searched_and_what_to_try_when_nothing_matches(home, capsys):
     assert main(["--home", str(home), "search", "zzzqqqxxx", "--session", PI_V3]) == 1
-    assert "No match" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith(f"Searched {PI_V3}: ") and "none matches 'zzzqqqxxx'" in out
+    assert "Try scope 'all' to search every session" in out
 
 
 def test_index_all_then_again_reports_nothing_to_do(home, capsys):

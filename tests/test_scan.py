@@ -68,39 +68,42 @@ def test_overlapping_pairs_count_as_the_index_counts_them():
         [(h.history_id, round(h.score, 9)) for h in expected]
 
 
-@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t!éÉßΩж①…✓─\u0301\u212a\ud800请分\u2e80〇々"),
-               max_size=60))
-def test_non_ascii_text_keeps_its_tokens_once_made_ascii(text):
-    from context_paging.index.scan import _count, _stand_in_bytes
+@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t\n!@é请\u212aİΣ"), max_size=60))
+def test_the_memory_index_finds_the_tokens_the_index_finds(text):
+    from collections import Counter
 
-    stand_in = _stand_in_bytes(text)
-    assert _count(stand_in) == len(tokens(text))
-    ascii_tokens = [t for t in tokens(text) if t.isascii()]
-    words = stand_in.replace(b"\x80", b"\x00").decode("ascii")
-    assert all(t in words for t in ascii_tokens)
+    from context_paging.index.scan import _tokens
+
+    assert Counter(_tokens(text)) == Counter(tokens(text))
 
 
-def test_a_han_character_where_a_match_begins_is_a_token_of_its_own():
-    from context_paging.index.scan import _count, _stand_in_bytes
+def test_a_repeated_search_of_the_kept_memory_index_ranks_as_a_fresh_one():
+    from context_paging.index.scan import MemoryIndex
 
-    assert _stand_in_bytes("请needle") == b" \x80 needle"  # 请, needle
-    assert _stand_in_bytes("ab请needle") == b"ab\x80needle"  # one token
-    assert _count(_stand_in_bytes("..请分.io")) == len(tokens("..请分.io")) == 1
-
-
-def test_a_repeated_search_with_the_kept_stand_ins_ranks_as_a_fresh_one():
     docs = [doc("pi:s", n, words) for n, words in enumerate(
         [["needle", "请needle"], ["paraxial.io", "hay"], ["Ωneedle", "src/a/needle.ts"], ["hay"]])]
-    cache: dict = {}
+    kept = MemoryIndex(docs)
     for query in ("needle", "hay", "needle.ts", "paraxial.io needle", "分页"):
-        kept = scan_search(docs, query, cache=cache)
-        fresh = scan_search(docs, query)
-        assert [(h.history_id, h.score) for h in kept] == [(h.history_id, h.score) for h in fresh]
-    assert len(cache) == len(docs)
-    changed = [doc("pi:s", 0, ["hay", "hay"]), *docs[1:]]  # an item's text changed: not reused
-    assert [h.history_id for h in scan_search(changed, "hay", cache=cache)] == \
-        [h.history_id for h in scan_search(changed, "hay")]
-    assert len(cache) == len(docs)  # and the old text's stand-in is dropped
+        assert [(h.history_id, h.score) for h in kept.search(query)] == \
+            [(h.history_id, h.score) for h in scan_search(docs, query)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8), min_size=1, max_size=10),
+    st.sampled_from(QUERIES),
+    st.lists(st.sampled_from(["needle", "hay", "a.a", "paraxial.io", "io"]), max_size=2),
+    st.lists(st.sampled_from(["needle", "hay", "b.c", "io"]), max_size=1),
+)
+def test_required_and_excluded_words_filter_in_memory_as_in_the_index(rows, query, must, never):
+    from context_paging.index.scan import MemoryIndex
+
+    docs = [doc("pi:s", n, words) for n, words in enumerate(rows)]
+    with tempfile.TemporaryDirectory() as tmp, SearchIndex(Path(tmp) / "ix") as ix:
+        ix.sync("pi:s", docs, {})
+        expected = ix.search(query, sessions=["pi:s"], limit=20, required=must, excluded=never)
+    found = MemoryIndex(docs).search(query, limit=20, required=must, excluded=never)
+    assert [h.history_id for h in found] == [h.history_id for h in expected]
 
 
 def test_a_pasted_line_finds_the_turn_holding_it_as_a_phrase_first(tmp_path):

@@ -153,7 +153,8 @@ def test_the_table_through_the_cli_and_scope_all_without_a_session(home, monkeyp
     monkeypatch.chdir(tmp_path)
     for query, _ in TABLE:
         assert main(["--home", str(home), "search", query, "--session", "pi:s1"]) == 0, query
-        assert capsys.readouterr().out.startswith("pi:s1"), query
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "Searched pi:s1: 10 items." and lines[1].startswith("pi:s1"), query
     assert main(["--home", str(home), "search", "paraxial.io", "--scope", "all"]) == 0
     out = capsys.readouterr().out
     assert "pi:s1" in out and "pi:s2" in out

@@ -91,8 +91,8 @@ def test_the_script_speaks_terminal_and_knows_its_version(home, tmp_path):
                             capture_output=True, text=True, timeout=WAIT)
     assert (no_session.returncode, no_session.stdout) == (2, "")
     assert no_session.stderr == (
-        f"context-paging: no session given and none ran in {tmp_path}: pass --session REF "
-        "(see `context-paging sessions`)\n")
+        f"context-paging: no session given, none ran in {tmp_path} and the proxy forwarded "
+        "none in the last 6 hours: pass --session REF (see `context-paging sessions`)\n")
     assert unknown.returncode == 2 and "select_context" not in unknown.stderr
     assert unknown.stderr == (
         f"context-paging: 'no-such-id' is neither a tool call id nor a history id in {REF}; "
