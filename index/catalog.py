@@ -138,12 +138,7 @@ class Catalog:
         if self._cached is None:
             self._cached = {}
             if self.cache is not None:
-                try:
-                    value = json.loads(self.cache.read_text(encoding="utf-8"))
-                    if value.get("version") == CACHE_VERSION:
-                        self._cached = value["sessions"]
-                except (OSError, ValueError, KeyError, AttributeError):
-                    pass  # missing or damaged: derived data, rebuilt below
+                self._cached = _read_cache(self.cache)
         return self._cached
 
     def _save_cache(self, cached: dict[str, dict]) -> None:
@@ -176,6 +171,52 @@ class Catalog:
             format=info.format,
             parent=parent,
         )
+
+
+def _read_cache(path: Path) -> dict[str, dict]:
+    """The cached entries of ``path`` that are well formed. A missing file or an older version
+    is silently empty; a file that is garbage, truncated or of the wrong shape (valid JSON all
+    the same) is derived data: it is rebuilt, with one warning naming what was wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("session catalog cache %s could not be read (%s); rebuilding it", path, exc)
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        log.warning("session catalog cache %s is not JSON (%s); rebuilding it", path, exc)
+        return {}
+    if isinstance(value, dict) and isinstance(value.get("version"), int) and \
+            value["version"] != CACHE_VERSION:
+        return {}  # written by another release: rebuilt without a word
+    sessions = value.get("sessions") if isinstance(value, dict) else None
+    if not isinstance(sessions, dict) or value.get("version") != CACHE_VERSION:
+        log.warning("session catalog cache %s has the wrong shape (not a version and a 'sessions' object); "
+                    "rebuilding it", path)
+        return {}
+    kept = {key: entry for key, entry in sessions.items() if _valid_entry(entry)}
+    if len(kept) < len(sessions):
+        log.warning("session catalog cache %s had %d malformed entries of %d; reading those "
+                    "sessions again", path, len(sessions) - len(kept), len(sessions))
+    return kept
+
+
+def _valid_entry(entry: object) -> bool:
+    """An entry is ``{"identity": [size, mtime_ns, inode], "summary": {SessionSummary}}``."""
+    if not isinstance(entry, dict):
+        return False
+    identity = entry.get("identity")
+    if not (isinstance(identity, list) and len(identity) == 3
+            and all(type(n) is int for n in identity)):
+        return False
+    try:
+        SessionSummary.model_validate(entry.get("summary"), strict=True)
+    except ValueError:  # pydantic's ValidationError
+        return False
+    return True
 
 
 def _summarize(job: tuple[SessionFileRef, Path | None]) -> SessionSummary | str:
