@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from context_paging.index.discovery import SessionFileRef, iter_session_files, resolve
+from context_paging.index.listing import Listed, list_info
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from pydantic import BaseModel, ConfigDict
 
@@ -155,22 +156,32 @@ class Catalog:
             log.warning("could not write the session catalog cache %s: %s", self.cache, exc)
 
     def summary(self, found: SessionFileRef) -> SessionSummary:
-        session = self.open(found)
-        info = session.info
-        parent = f"{found.source}:{info.parent_id}" if info.parent_id else None
-        return SessionSummary(
-            ref=found.ref,
-            source=found.source,
-            session_id=found.session_id,
-            path=str(found.path),
-            title=info.title,
-            cwd=info.cwd,
-            created=info.created,
-            updated=info.updated,
-            size=session.cursor.size,
-            format=info.format,
-            parent=parent,
-        )
+        """The listing of one file, from its head and tail where they tell it all
+        (index.listing), else from the whole file."""
+        root = self.roots.get(found.source)
+        listed = list_info(str(found.path), found.source, str(root) if root is not None else None)
+        if listed is None:
+            session = self.open(found)
+            listed = Listed(session.info, session.cursor.size)
+        return _summary(found, listed)
+
+
+def _summary(found: SessionFileRef, listed: Listed) -> SessionSummary:
+    info = listed.info
+    parent = f"{found.source}:{info.parent_id}" if info.parent_id else None
+    return SessionSummary(
+        ref=found.ref,
+        source=found.source,
+        session_id=found.session_id,
+        path=str(found.path),
+        title=info.title,
+        cwd=info.cwd,
+        created=info.created,
+        updated=info.updated,
+        size=listed.size,
+        format=info.format,
+        parent=parent,
+    )
 
 
 def _read_cache(path: Path) -> dict[str, dict]:
