@@ -28,8 +28,8 @@ from context_paging.index import sources
 from context_paging.index.jsonl import Record, open_inside, parse_records
 from context_paging.index.model import SessionInfo
 
-HEAD_BYTES = 64 << 10  # the first read of the head (it grows 4× while no title is in it)
-TAIL_BYTES = 16 << 10  # the first read of the tail (it grows 4× while no timestamp is in it)
+HEAD_BYTES = 16 << 10  # the first read of the head (it grows 4× while no title is in it)
+TAIL_BYTES = 8 << 10  # the first read of the tail (it grows 4× while no timestamp is in it)
 
 
 @dataclass(frozen=True, slots=True)
