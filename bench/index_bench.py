@@ -106,7 +106,8 @@ def main() -> None:
               f"this process) = {mb / bound:.2f} MB/s on two idle cores")
         index_bytes = sum(p.stat().st_size for p in (Path(tmp) / "home").rglob("*")
                           if p.is_file() and "index" in p.parts)
-        print(f"index size: {index_bytes / 1e6:,.0f} MB ({index_bytes / items:,.0f} bytes per item)")
+        print(f"index size: {index_bytes / 1e6:,.0f} MB "
+              f"({index_bytes / items:,.0f} bytes per item)")
 
         target = next(iter_session_files(roots))
         last = target.path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]

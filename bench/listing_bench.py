@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import shutil
 import tempfile
 import time
@@ -35,10 +36,16 @@ except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself 
     from recorded import require, sessions_folder
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and of the worker processes it waited for)."""
+    start, cpu = time.perf_counter(), _cpu()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _cpu() - cpu
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def main() -> None:
@@ -88,8 +95,9 @@ def main() -> None:
         rows.append(("list_sessions, warm", timed(lambda: list_sessions(mcp_home))))
         ref = f"claude:{files[len(files) // 2].stem}"
         rows.append(("resolve one claude:<id>", timed(lambda: resolve(ref, roots))))
-        for label, seconds in rows:
-            print(f"{label:<40}{seconds:8.2f} s")
+        print(f"{'':<40}{'wall':>8}  {'CPU (all processes)':>20}")
+        for label, (seconds, cpu) in rows:
+            print(f"{label:<40}{seconds:8.2f} s{cpu:18.2f} s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -205,8 +205,8 @@ def _read_cache(path: Path) -> dict[str, dict]:
         return {}  # written by another release: rebuilt without a word
     sessions = value.get("sessions") if isinstance(value, dict) else None
     if not isinstance(sessions, dict) or value.get("version") != CACHE_VERSION:
-        log.warning("session catalog cache %s has the wrong shape (not a version and a 'sessions' object); "
-                    "rebuilding it", path)
+        log.warning("session catalog cache %s has the wrong shape (not a version and a "
+                    "'sessions' object); rebuilding it", path)
         return {}
     kept = {key: entry for key, entry in sessions.items() if _valid_entry(entry)}
     if len(kept) < len(sessions):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any
 
 from context_paging.index import sources
 from context_paging.index.jsonl import Record, open_inside, parse_records
