@@ -47,6 +47,27 @@ class _InliningPostings(W3PostingsWriter):
             return terminfo
         return super().finish_postings()
 
+    def add_many(self, docs: array, weights: list, values: list, lengths: list) -> None:
+        """``add_posting`` for each posting of a term, a block at a time: the same buffers,
+        block statistics and block boundaries, without a call and its checks per posting."""
+        start, count = 0, len(docs)
+        while start < count:
+            if len(self._ids) >= self._blocklimit:
+                self._write_block()
+            end = min(count, start + self._blocklimit - len(self._ids))
+            self._ids.extend(docs[start:end])
+            chunk = weights[start:end]
+            self._weights.extend(chunk)
+            self._maxweight = max(self._maxweight, *chunk) if chunk else self._maxweight
+            self._values.extend(v for v in values[start:end] if v)
+            known = [n for n in (lengths[d] for d in docs[start:end]) if n]
+            if known:
+                low = min(known)
+                if self._minlength is None or low < self._minlength:
+                    self._minlength = low
+                self._maxlength = max(self._maxlength, *known)
+            start = end
+
 
 class Codec(W3Codec):
     """Whoosh's codec, writing short posting lists inline (:data:`INLINE_POSTINGS`)."""
@@ -79,7 +100,7 @@ class TermPool:
             terms = self.fields[fieldname] = {}
         postings = terms.get(term)
         if postings is None:
-            postings = terms[term] = (array("q"), [], [])
+            postings = terms[term] = (array("I"), [], [])
         postings[0].append(docnum)
         postings[1].append(weight)
         postings[2].append(value)
@@ -103,7 +124,7 @@ def _in_order(postings: tuple[array, list, list]) -> tuple[array, list, list]:
     if all(docs[i] < docs[i + 1] for i in range(len(docs) - 1)):
         return postings
     order = sorted(range(len(docs)), key=docs.__getitem__)
-    return (array("q", (docs[i] for i in order)), [weights[i] for i in order],
+    return (array("I", (docs[i] for i in order)), [weights[i] for i in order],
             [values[i] for i in order])
 
 
@@ -173,12 +194,15 @@ def _write_postings(fieldwriter: Any, schema: Any, pool: TermPool, lengths: Any,
         if lengths is not None and field.scorable:
             known = [lengths.doc_field_length(d, fieldname) for d in range(doccount)]
         fieldwriter.start_field(fieldname, field)
-        add = fieldwriter.add
         for term in sorted(terms):
             docs, weights, values = _in_order(terms[term])
             fieldwriter.start_term(term)
-            for i, docnum in enumerate(docs):
-                value = values[i]
-                add(docnum, weights[i], b"" if value is None else value, known[docnum])
+            postings = fieldwriter._postwriter  # the term's writer: an _InliningPostings
+            if isinstance(postings, _InliningPostings):
+                postings.add_many(docs, weights, values, known)
+            else:  # another codec's writer
+                for i, docnum in enumerate(docs):
+                    value = values[i]
+                    fieldwriter.add(docnum, weights[i], value or b"", known[docnum])
             fieldwriter.finish_term()
         fieldwriter.finish_field()

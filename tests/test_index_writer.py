@@ -36,13 +36,20 @@ def contents(directory: Path) -> dict:
     with index._reading() as searcher:
         reader = searcher.reader()
         postings = {}
-        for fieldname, term in reader.all_terms():
-            matcher = reader.postings(fieldname, term)
-            found = []
-            while matcher.is_active():  # a value-less inlined list reads "" where a block None
-                found.append((matcher.id(), matcher.weight(), matcher.value() or None))
-                matcher.next()
-            postings[fieldname, term] = (reader.doc_frequency(fieldname, term), found)
+        for number, (leaf, _) in enumerate(reader.leaf_readers()):  # per segment: its blocks
+            for fieldname, term in leaf.all_terms():
+                matcher = leaf.postings(fieldname, term)
+                matcher = getattr(matcher, "child", matcher)  # deleted documents included
+                found = []
+                while matcher.is_active():  # a value-less inlined list reads "" for None
+                    found.append((matcher.id(), matcher.weight(), matcher.value() or None,
+                                  matcher.block_max_weight(), matcher.block_min_length(),
+                                  matcher.block_max_length()))
+                    matcher.next()
+                info = leaf.term_info(fieldname, term)
+                postings[number, fieldname, term] = (
+                    info.doc_frequency(), info.weight(), info.min_length(), info.max_length(),
+                    info.max_weight(), found)
         stored = [(reader.stored_fields(n), reader.doc_field_length(n, "text"))
                   for n in reader.all_doc_ids()]
         hits = [index.search(q, limit=20) for q in ("error", "src/index", "the file", "")]
