@@ -3,7 +3,8 @@
 One :class:`Catalog` per process holds a :class:`~index.sessions.SessionFile` per path, so a
 session that is read twice parses only what was appended in between. Listings are cached in the
 home (``catalog.json``: each file's summary under its size, mtime and inode), so listing
-thousands of sessions reads only the files that changed since the last listing.
+thousands of sessions reads only the files that changed since the last listing, and of those
+only the head and the tail (index.listing). A damaged cache is rebuilt with one warning.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ Documents (one Whoosh index named ``cp1`` in the directory the caller gives):
   document instead of one per item.
 
 Sync is incremental per session (STYLE.md 9): a pure :func:`plan_sync` compares the stored
-fingerprints with the given documents, and the plan is applied in one writer transaction.
+fingerprints with the given documents, and the plan is applied in one writer transaction (a
+:class:`~index.writer.TermWriter`: Whoosh's segments, written faster).
 Nothing to do means no writer at all.
 
 Concurrency and crashes (DESIGN.md "Reliability rules"). Whoosh commits by writing new segment
