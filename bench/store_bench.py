@@ -288,9 +288,7 @@ def main() -> None:
         ("SearchText.index + ASCII path (chosen)", lambda: Patch(store)),
     ], docs)
     compare_commits([
-        ("pool limit 32 MB", lambda: Patch(store, POOL_LIMIT_MB=32)),
-        ("pool limit 128 MB (chosen)", lambda: Patch(store)),
-        ("pool limit 512 MB", lambda: Patch(store, POOL_LIMIT_MB=512)),
+        ("compound=True (chosen)", lambda: Patch(store)),
         ("compound=False (chosen: True)", lambda: Patch(store, COMPOUND=False)),
     ], docs)
 
@@ -329,9 +327,9 @@ def main() -> None:
     if big:
         per = big // 40
         print(f"first index of 40 sessions x {per} items with sync_many ({big} docs)")
-        for batch, pool in ((5_000, 128), (big, 128), (big, 512)):
-            with Patch(store, BATCH_DOCS=batch, POOL_LIMIT_MB=pool):
-                build_per_session(f"commit every {batch} docs, pool {pool} MB", 40, per, None)
+        for batch in (5_000, big):
+            with Patch(store, BATCH_DOCS=batch):
+                build_per_session(f"commit every {batch} docs", 40, per, None)
 
 if __name__ == "__main__":
     main()

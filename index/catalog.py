@@ -3,7 +3,8 @@
 One :class:`Catalog` per process holds a :class:`~index.sessions.SessionFile` per path, so a
 session that is read twice parses only what was appended in between. Listings are cached in the
 home (``catalog.json``: each file's summary under its size, mtime and inode), so listing
-thousands of sessions reads only the files that changed since the last listing.
+thousands of sessions reads only the files that changed since the last listing, and of those
+only the head and the tail (index.listing). A damaged cache is rebuilt with one warning.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # the readers load when a session is opened: SessionSummary is a tool's
     # output model, and the MCP server lists its tools before it reads any session
+    from context_paging.index.listing import Listed
     from context_paging.index.sessions import SessionFile
 
 log = logging.getLogger("context_paging")
@@ -144,12 +146,7 @@ class Catalog:
         if self._cached is None:
             self._cached = {}
             if self.cache is not None:
-                try:
-                    value = json.loads(self.cache.read_text(encoding="utf-8"))
-                    if value.get("version") == CACHE_VERSION:
-                        self._cached = value["sessions"]
-                except (OSError, ValueError, KeyError, AttributeError):
-                    pass  # missing or damaged: derived data, rebuilt below
+                self._cached = _read_cache(self.cache)
         return self._cached
 
     def _save_cache(self, cached: dict[str, dict]) -> None:
@@ -166,22 +163,87 @@ class Catalog:
             log.warning("could not write the session catalog cache %s: %s", self.cache, exc)
 
     def summary(self, found: SessionFileRef) -> SessionSummary:
-        session = self.open(found)
-        info = session.info
-        parent = f"{found.source}:{info.parent_id}" if info.parent_id else None
-        return SessionSummary(
-            ref=found.ref,
-            source=found.source,
-            session_id=found.session_id,
-            path=str(found.path),
-            title=info.title,
-            cwd=info.cwd,
-            created=info.created,
-            updated=info.updated,
-            size=session.cursor.size,
-            format=info.format,
-            parent=parent,
-        )
+        """The listing of one file, from its head and tail where they tell it all
+        (index.listing), else from the whole file."""
+        from context_paging.index.listing import Listed, list_info
+
+        root = self.roots.get(found.source)
+        listed = list_info(str(found.path), found.source, str(root) if root is not None else None)
+        if listed is None:
+            session = self.open(found)
+            listed = Listed(session.info, session.cursor.size)
+        return _summary(found, listed)
+
+
+def _summary(found: SessionFileRef, listed: Listed) -> SessionSummary:
+    info = listed.info
+    parent = f"{found.source}:{info.parent_id}" if info.parent_id else None
+    return SessionSummary(
+        ref=found.ref,
+        source=found.source,
+        session_id=found.session_id,
+        path=str(found.path),
+        title=info.title,
+        cwd=info.cwd,
+        created=info.created,
+        updated=info.updated,
+        size=listed.size,
+        format=info.format,
+        parent=parent,
+    )
+
+
+def _read_cache(path: Path) -> dict[str, dict]:
+    """The cached entries of ``path`` that are well formed. A missing file or an older version
+    is silently empty; a file that is garbage, truncated or of the wrong shape (valid JSON all
+    the same) is derived data: it is rebuilt, with one warning naming what was wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("session catalog cache %s could not be read (%s); rebuilding it", path, exc)
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        log.warning("session catalog cache %s is not JSON (%s); rebuilding it", path, exc)
+        return {}
+    if isinstance(value, dict) and isinstance(value.get("version"), int) and \
+            value["version"] != CACHE_VERSION:
+        return {}  # written by another release: rebuilt without a word
+    sessions = value.get("sessions") if isinstance(value, dict) else None
+    if not isinstance(sessions, dict) or value.get("version") != CACHE_VERSION:
+        log.warning("session catalog cache %s has the wrong shape (not a version and a "
+                    "'sessions' object); rebuilding it", path)
+        return {}
+    kept = {key: entry for key, entry in sessions.items() if _valid_entry(entry)}
+    if len(kept) < len(sessions):
+        log.warning("session catalog cache %s had %d malformed entries of %d; reading those "
+                    "sessions again", path, len(sessions) - len(kept), len(sessions))
+    return kept
+
+
+def _valid_entry(entry: object) -> bool:
+    """An entry is ``{"identity": [size, mtime_ns, inode], "summary": {SessionSummary}}``."""
+    if not isinstance(entry, dict):
+        return False
+    identity = entry.get("identity")
+    if not (isinstance(identity, list) and len(identity) == 3
+            and all(type(n) is int for n in identity)):
+        return False
+    summary = entry.get("summary")
+    return isinstance(summary, dict) and summary.keys() == _SUMMARY_TYPES.keys() and all(
+        type(summary[name]) in kinds for name, kinds in _SUMMARY_TYPES.items())
+
+
+# The JSON types of each SessionSummary field, checked on every cached entry (pydantic's own
+# validation of 2,000 entries would double a warm listing's time).
+_SUMMARY_TYPES = {
+    name: (int,) if field.annotation is int else
+    (str,) if field.annotation is str else (str, type(None))
+    for name, field in SessionSummary.model_fields.items()
+}
 
 
 def _summarize(job: tuple[SessionFileRef, Path | None]) -> SessionSummary | str:

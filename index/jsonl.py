@@ -361,3 +361,28 @@ class FileCursor:
         return stat.st_size == self.size and stat.st_mtime_ns == self.mtime_ns and (
             stat.st_ino == self.inode
         )
+
+
+def parse_records(data: bytes, path: str, start: int, at_end: bool) -> list[Record]:
+    """The JSON objects of the whole lines in ``data``, the bytes of ``path`` from ``start``.
+
+    For a piece read from the middle of a file: when ``start`` is not 0 the first line is
+    dropped up to its newline (``data`` may begin inside a line; read from the byte before a
+    line to keep it). A last line without a newline is taken only when ``at_end`` says the
+    piece ends the file and it parses as one object, as :func:`read_jsonl` takes a pending
+    line. Line numbers are not known here (0); bad lines are skipped without issues.
+    """
+    begin = data.index(b"\n") + 1 if start and b"\n" in data else (len(data) if start else 0)
+    stop = data.rfind(b"\n") + 1
+    records: list[Record] = []
+    issues: list[Issue] = []
+    offset = start + begin
+    while offset - start < stop:
+        end = data.index(b"\n", offset - start) + 1
+        _consume(data[offset - start:end], path, 0, offset, records, issues)
+        offset = start + end
+    if at_end and stop < len(data) and stop >= begin:
+        tail = _parse_tail(data[stop:])
+        if tail is not None:
+            records.append(Record(0, start + stop, tail))
+    return records

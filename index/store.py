@@ -13,7 +13,8 @@ Documents (one Whoosh index named ``cp1`` in the directory the caller gives):
   document instead of one per item.
 
 Sync is incremental per session (STYLE.md 9): a pure :func:`plan_sync` compares the stored
-fingerprints with the given documents, and the plan is applied in one writer transaction.
+fingerprints with the given documents, and the plan is applied in one writer transaction (a
+:class:`~index.writer.TermWriter`: Whoosh's segments, written faster).
 Nothing to do means no writer at all.
 
 Concurrency and crashes (docs/reliability.md, "The rules"). Whoosh commits by writing new segment
@@ -77,6 +78,7 @@ from context_paging.index.analysis import (
     tokens,
 )
 from context_paging.index.history import HistoryItem, search_text
+from context_paging.index.writer import TermWriter
 from whoosh.filedb.filestore import FileStorage
 from whoosh.index import TOC, EmptyIndexError, FileIndex, LockError, clean_files
 from whoosh.query import And, Or, Query, Require, Term
@@ -93,13 +95,10 @@ whoosh.util.random = random.Random()
 
 INDEX_NAME = "cp1"  # Whoosh's index name: change it with the schema
 LOCK_POLL = 0.05  # seconds between attempts on the writer lock
-# Postings are sorted in memory up to this size (Whoosh's estimate), then spilled to sorted runs
-# that are merged at commit, at about half the speed: 4,000 items index at 438 docs/s with 32 MB,
-# 810 with 128. 5,000 items fit; a 20,000-item commit peaks at 263 MB RSS (600 MB with 512).
-POOL_LIMIT_MB = 128
 COMPOUND = True  # one file per segment: fewer open files (compound=False measured no faster)
-# sync_many commits after this many written items, so the pool never spills (20,000 items: 772
-# docs/s in 4 commits, 423 in one), or after this many seconds of holding the writer lock.
+# sync_many commits after this many written items, or after this many seconds of holding the
+# writer lock. The segment's postings are held in memory until its commit (index.writer), so
+# this also bounds the writer's memory.
 BATCH_DOCS = 5_000
 # BM25 statistics of a one-session search: that session's items (upstream's choice, and what
 # the in-memory first search of index.scan computes), or every indexed item (False). Measured
@@ -480,9 +479,8 @@ class SearchIndex:
 
     def _new_writer(self) -> SegmentWriter:
         try:
-            writer = self._ix.writer(
-                timeout=self.lock_timeout, delay=LOCK_POLL, limitmb=POOL_LIMIT_MB,
-                compound=COMPOUND,
+            writer = TermWriter(
+                self._ix, timeout=self.lock_timeout, delay=LOCK_POLL, compound=COMPOUND,
             )
         except LockError:
             raise self._busy() from None
