@@ -47,9 +47,11 @@ def text_counter() -> Callable[[str], int] | None:
     def whole(text: str) -> int:
         return len(encoding.encode_ordinary(text))
 
-    if cores() < 2:
-        return whole
-    return functools.partial(_count_split, whole, _helper())
+    counter: Any = whole if cores() < 2 else functools.partial(_count_split, whole, _helper())
+    # No token is longer than its bytes, so a text is at least len(text) / this many tokens:
+    # the window bounds the history it need not count exactly (index/window_estimate.py).
+    counter.max_token_chars = max(map(len, encoding.token_byte_values()))
+    return counter
 
 
 @functools.cache
