@@ -256,7 +256,9 @@ class LocalJudge:
     @staticmethod
     def _score(chunk: Chunk, position: int, matched: set[str], work: _Work,
                context: JudgeContext, one: float) -> float:
-        flat = " ".join(chunk.text.split())
+        # Only quoted lines are looked for in the flattened text: without any, it is not made.
+        quoted = work.decisive.quoted or work.final.quoted or work.task.quoted
+        flat = " ".join(chunk.text.split()) if quoted else ""
         item = position if context.kind != "output" else 0
         superseded = item < len(context.superseded) and bool(context.superseded[item])
         if work.decisive.found_in(chunk, flat):
