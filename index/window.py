@@ -8,7 +8,8 @@ One call (DESIGN.md "Host-facing tools") reads its request once (``paging.reques
    are sent replaced (``index.window_distill``); edits of messages an earlier window already
    sent are held back until their prefix is re-written anyway (``index.landing``);
 3. **estimate** — per-view token estimates from a cache keyed by content, counted only back to
-   where the window can reach (``index.window_estimate``);
+   where the window can reach (``index.window_estimate``); before the first cut, only back to
+   the trim target while the older views' floors show the budget is exceeded;
 4. **calibrate** — the host's ``usage`` for the latest response corrects them
    (``paging.calibrate``);
 5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger

@@ -5,7 +5,8 @@ key when distillation replaced it), so a call pays counting only for messages it
 Counting runs from the newest view back and, given a ``reach``, stops once the counted views
 exceed it: older views the cache does not hold get 0, a lower bound, and are reported as
 uncounted (``index.window`` selects on these figures and recounts everything when the window
-kept an uncounted view). Idle time between calls counts some of them ahead (``ahead``, run by
+kept an uncounted view). With a counter that says its longest token, uncounted views can carry
+a floor instead of 0 (``paging.tokens.token_floor``, a lower bound just the same). Idle time between calls counts some of them ahead (``ahead``, run by
 ``ContextService.idle``, never inside a call).
 
 The newest large views the cache lacks (a new tool output of tens of kilobytes) start counting
