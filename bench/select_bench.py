@@ -1,11 +1,11 @@
 """select_context on upstream's benchmark workload, next to plain JSON work, in one run.
 
-Workload (specs/paging.md §10): 300 turns, 15 MiB of tool output (52,428 characters per result,
+Workload (pi-context-paging's own benchmark): 300 turns, 15 MiB of tool output (52,428 characters per result,
 the last 52,668), budget 128,000 = the model window, default target; each turn is a user request,
 an assistant ``read`` call and its result; then the active request → 901 messages.
 
 Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed
-in the same run: issue 12's JSON floor, ``json.loads(json.dumps(messages))`` of the request's
+in the same run: the JSON floor, ``json.loads(json.dumps(messages))`` of the request's
 901 messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of
 the reply:
 
@@ -24,7 +24,7 @@ between library calls the bench gives the service its spare time (``ContextServi
   "positions", ranges of the host's own messages: paging/window_form.py), ``--turns`` of each.
 
 ``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
-message counted and every output judged before selecting, as before issue 12), side by side.
+message counted and every output judged before selecting, the full computation), side by side.
 
 ``--no-distill`` turns distillation off (library and stdio alike); ``--estimator`` applies to
 both as well. The stdio figures include the server's start: "connect" is launch to the end of
@@ -108,7 +108,7 @@ def json_floor(request: dict, reply: dict, repeat: int) -> float:
 
 
 def issue_floor(messages: list[dict], repeat: int) -> float:
-    """Issue 12's JSON floor: one round trip of the conversation through the json module."""
+    """The JSON floor: one round trip of the conversation through the json module."""
     return best(repeat, lambda: json.loads(json.dumps(messages)))[0]
 
 
