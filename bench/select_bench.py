@@ -1,14 +1,14 @@
 """select_context on upstream's benchmark workload, next to plain JSON work, in one run.
 
-Workload (docs/selection.md, "The benchmark workload"): 300 turns, 15 MiB of tool output (52,428
-characters per result, the last 52,668), budget 128,000 = the model window, default target; each
-turn is a user request, an assistant ``read`` call and its result; then the active request → 901
-messages.
+Workload (pi-context-paging's own benchmark; docs/selection.md, "The benchmark workload"): 300
+turns, 15 MiB of tool output (52,428 characters per result, the last 52,668), budget 128,000 =
+the model window, default target; each turn is a user request, an assistant ``read`` call and its
+result; then the active request → 901 messages.
 
-Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed in the
-same run: the selection goals' JSON floor, ``json.loads(json.dumps(messages))`` of the request's 901
-messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of the
-reply:
+Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed
+in the same run: the JSON floor, ``json.loads(json.dumps(messages))`` of the request's
+901 messages, and the older, smaller one, ``json.loads`` of the request plus ``json.dumps`` of
+the reply:
 
 * cold: a fresh home, first call (ledger append of 15 MiB, estimates, distillation, selection),
   the process's first such call (module-level caches empty) and the best of ``--repeat``;
@@ -25,7 +25,7 @@ between library calls the bench gives the service its spare time (``ContextServi
   "positions", ranges of the host's own messages: paging/window_form.py), ``--turns`` of each.
 
 ``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
-message counted and every output judged before selecting, as before those goals), side by side.
+message counted and every output judged before selecting, the full computation), side by side.
 
 ``--no-distill`` turns distillation off (library and stdio alike); ``--estimator`` applies to
 both as well. The stdio figures include the server's start: "connect" is launch to the end of
@@ -34,6 +34,12 @@ loads its History and tokenizer in the background meanwhile: server/warmup.py).
 
     python bench/select_bench.py [--repeat 3] [--estimator tiktoken|chars4] [--no-distill]
                                  [--no-stdio] [--no-library] [--reference] [--turns 9]
+                                 [--clock wall|cpu]
+
+``--clock cpu`` times the library figures (floors included) in this process's CPU time instead
+of the wall clock, and leaves the stdio figures out: on a machine other work loads, the CPU
+time moves far less between runs than the wall (a call that waits for its fsync or for a core
+shows less than it took).
 """
 
 from __future__ import annotations
@@ -91,9 +97,9 @@ def arguments(messages: list[dict]) -> dict:
 def best(repeat: int, fn) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = CLOCK[0]()
         result = fn()
-        times.append(time.perf_counter() - start)
+        times.append(CLOCK[0]() - start)
     return min(times), result
 
 
@@ -103,11 +109,14 @@ def json_floor(request: dict, reply: dict, repeat: int) -> float:
 
 
 def issue_floor(messages: list[dict], repeat: int) -> float:
-    """The selection goals' JSON floor: the conversation's round trip through the json module."""
+    """The JSON floor: one round trip of the conversation through the json module."""
     return best(repeat, lambda: json.loads(json.dumps(messages)))[0]
 
 
 FLOORS: dict[str, float] = {}
+# The library figures' clock: wall time, or with ``--clock cpu`` this process's CPU time (all
+# its threads, kernel time included), which a loaded machine moves far less than the wall.
+CLOCK = [time.perf_counter]
 
 
 def show(label: str, seconds: float) -> None:
@@ -156,9 +165,9 @@ def library(repeat: int, estimator: str, reference: bool, turns: int, distill: b
         for n in range(2, turns + 2):
             grown = _call_args(grown_by(messages, n))
             _idle(svc)
-            start = time.perf_counter()
+            start = CLOCK[0]()
             last = svc.select(**grown)
-            wholes.append(time.perf_counter() - start)
+            wholes.append(CLOCK[0]() - start)
         deltas = []
         for n in range(turns + 2, 2 * turns + 2):  # one new turn at a time, after the last id
             if "last_message_id" not in last:
@@ -166,9 +175,9 @@ def library(repeat: int, estimator: str, reference: bool, turns: int, distill: b
             new = turn(300 + n - 1, 52_428) + [messages[-1]]
             call = _call_args(new) | {"after_id": last["last_message_id"]}
             _idle(svc)
-            start = time.perf_counter()
+            start = CLOCK[0]()
             last = svc.select(**call)
-            deltas.append(time.perf_counter() - start)
+            deltas.append(CLOCK[0]() - start)
     show(f"{label}, cold (fresh ledger, first in the process)", colds[0][0])
     show(f"{label}, cold (fresh ledger, best of {repeat})", cold_time)
     show(f"{label}, repeated request", warm_time)
@@ -202,9 +211,9 @@ def _fresh(settings, counter, messages, reference=False) -> tuple[float, dict]:
         svc = ContextService(Ledger(home), settings, counter)
         svc.reference = reference
         call = _call_args(messages)
-        start = time.perf_counter()
+        start = CLOCK[0]()
         reply = svc.select(**call)
-        return time.perf_counter() - start, reply
+        return CLOCK[0]() - start, reply
     finally:
         shutil.rmtree(home)
 
@@ -290,10 +299,14 @@ def main() -> None:
     parser.add_argument("--no-distill", action="store_true", help="distillation off")
     parser.add_argument("--reference", action="store_true",
                         help="also run the library figures on the full computation")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="the library figures' clock (cpu: no stdio figures)")
     parser.add_argument("--turns", type=int, default=9,
                         help="successive after_id turns for the p50 figures")
     args = parser.parse_args()
     distill = not args.no_distill
+    if args.clock == "cpu":  # the server's CPU is another process's: no stdio figures
+        CLOCK[0], args.no_stdio = time.process_time, True
     if args.no_library:
         floors(args.repeat)
     else:

@@ -8,7 +8,8 @@ One call (docs/host-protocol.md, "The call") reads its request once (``paging.re
    are sent replaced (``index.window_distill``); edits of messages an earlier window already
    sent are held back until their prefix is re-written anyway (``index.landing``);
 3. **estimate** — per-view token estimates from a cache keyed by content, counted only back to
-   where the window can reach (``index.window_estimate``);
+   where the window can reach (``index.window_estimate``); before the first cut, only back to
+   the trim target while the older views' floors show the budget is exceeded;
 4. **calibrate** — the host's ``usage`` for the latest response corrects them
    (``paging.calibrate``);
 5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger
@@ -93,6 +94,9 @@ class _Call:
     trim: Any
     model_window: Any
     reach: float | None  # tokens the window can hold at most; None: count everything
+    # Before the first cut: (the trim target, the budget) when the views past the target can
+    # carry floors (index.window_estimate), so exact counting stops at the target; else None.
+    first_reach: tuple[float, float] | None
     resident: float
     usage: dict[str, Any] | None
     judge: Judge
@@ -124,6 +128,7 @@ class _Chosen:
     estimates: list[float]
     lazy: set[int]  # views left uncounted
     calibration: Calibration | None
+    floored: bool = False  # counted to the trim target only, the rest carrying floors
 
 
 class ContextService:
@@ -204,9 +209,10 @@ class ContextService:
         call = self.begin(ledger, request, system, tools, model, model_window, token_budget,
                           trim_to_tokens, usage, judge)
         shown = self.distill(call)
-        estimates, lazy = self.estimate(call, shown)
+        estimates, lazy, floored = self.first_estimate(call, shown)
         calibration = self.calibrate(call, shown, estimates)
-        chosen = self.select_window(call, _Chosen(None, shown, estimates, lazy, calibration))
+        chosen = self.select_window(call, _Chosen(None, shown, estimates, lazy, calibration,
+                                                  floored))
         reply = self.render(call, chosen)
         self.remember(call, chosen, reply)
         return _form(reply, request, reply_form)
@@ -239,8 +245,13 @@ class ContextService:
                                                                          model_window)
         state = SessionState.from_dict(self.ledger.load_state(ledger.ref))
         settings = (model, model_window)
+        first_reach = None
+        if reach is not None and state.cut_for(settings) is None and self.estimates.floor_chars():
+            limits = context_limits(budget, trim, model_window)  # valid: ``reach`` is a number
+            first_reach = (limits.target_tokens, limits.budget_tokens)
         system_text = _system_text(system, request.resident_messages())
         return _Call(ledger, request, state, settings, budget, trim, model_window, reach,
+                     first_reach,
                      self.estimates.resident(system_text, list(tools or [])), usage,
                      judge or LocalJudge(), provider_of(model), state.cut_for(settings),
                      state.sent_for(settings))
@@ -256,6 +267,25 @@ class ContextService:
                             held) if held else everything
         return _Shown(everything, new, deferred, held, distilled,
                       frozenset(i for i, d in distilled.items() if d.message is None))
+
+    def first_estimate(self, call: _Call, shown: _Shown) -> tuple[list[float], set[int], bool]:
+        """The estimates the window is first chosen on, and whether they carry floors.
+
+        Before the first cut, the window holds at most the trim target (the first cut lands at
+        or below it) unless the whole conversation fits the budget. So exact counting stops at
+        the target and older views carry floors: when the floors already put the conversation
+        over its budget, the window is cut and holds only counted views; when they do not, the
+        window may keep them all, so counting goes on to the reach at once."""
+        if call.first_reach is not None:
+            target, budget = call.first_reach
+            estimates, lazy = self.estimates.views(call.request, shown.distilled, target,
+                                                   shown.deferred, floors=True)
+            if not lazy:
+                return estimates, lazy, False
+            if sum(estimates) + call.resident > budget:
+                return estimates, lazy, True
+        estimates, lazy = self.estimate(call, shown)
+        return estimates, lazy, False
 
     def estimate(self, call: _Call, shown: _Shown,
                  lazy_allowed: bool = True) -> tuple[list[float], set[int]]:
@@ -291,6 +321,10 @@ class ContextService:
                 raise
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
+            if first.floored:  # the floors were not enough: count to the reach, as without them
+                estimates, lazy = self.estimate(call, shown)
+                return self.select_window(call, _Chosen(
+                    None, shown, estimates, lazy, self.calibrate(call, shown, estimates)))
             return self.select_window(call, self._everything(call, shown, calibration))
         assert selection is not None
         landed = self._landing(call, shown, selection)

@@ -5,7 +5,8 @@ key when distillation replaced it), so a call pays counting only for messages it
 Counting runs from the newest view back and, given a ``reach``, stops once the counted views
 exceed it: older views the cache does not hold get 0, a lower bound, and are reported as
 uncounted (``index.window`` selects on these figures and recounts everything when the window
-kept an uncounted view). Idle time between calls counts some of them ahead (``ahead``, run by
+kept an uncounted view). With a counter that says its longest token, uncounted views can carry
+a floor instead of 0 (``paging.tokens.token_floor``, a lower bound just the same). Idle time between calls counts some of them ahead (``ahead``, run by
 ``ContextService.idle``, never inside a call).
 
 The newest large views the cache lacks (a new tool output of tens of kilobytes) start counting
@@ -30,7 +31,12 @@ from typing import Any
 
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
 from context_paging.paging.request import Request
-from context_paging.paging.tokens import counted_resident, counted_tokens, message_parts
+from context_paging.paging.tokens import (
+    counted_resident,
+    counted_tokens,
+    message_parts,
+    token_floor,
+)
 
 ESTIMATE_CACHE = 50_000
 TEXT_CACHE = 64
@@ -86,14 +92,21 @@ class Estimates:
                 self._texts.popitem(last=False)
         return value
 
+    def floor_chars(self) -> int | None:
+        """The counter's longest token in characters, when it says (the shipped tokenizer
+        does): uncounted views can then carry :func:`token_floor` instead of 0."""
+        return getattr(self.count_text, "max_token_chars", None)
+
     def views(self, request: Request, distilled: Mapping[int, Any], reach: float | None = None,
-              deferred: Collection[int] = ()) -> tuple[list[float], set[int]]:
+              deferred: Collection[int] = (), floors: bool = False) -> tuple[list[float], set[int]]:
         """Per view: its token estimate, and the views left uncounted.
 
         With ``reach``, once the views counted so far add up to more than ``reach`` tokens,
         older views that are not in the cache are not counted: they get 0 and are returned as
         uncounted. ``deferred`` views (outputs distillation has not judged yet) are uncounted as
-        well: a decision could only make them smaller, so 0 is their lower bound too."""
+        well: a decision could only make them smaller, so 0 is their lower bound too. With
+        ``floors`` (and a counter that says its longest token), the uncounted views past the
+        reach carry :func:`token_floor` of what is sent, a lower bound just as 0 is."""
         views = request.views.views
         roles = request.roles
         out = [0.0] * len(views)
@@ -113,6 +126,11 @@ class Estimates:
             if reach is not None and total > reach and roles[index + 1] == "user":
                 break
         self._cached(request, distilled, deferred, index, out, lazy)
+        longest = self.floor_chars() if floors else None
+        if longest is not None:
+            for index in range(index + 1):
+                if index not in deferred:
+                    out[index] = _floor(request, distilled, index, longest)
         return out, lazy
 
     @staticmethod
@@ -200,6 +218,16 @@ class Estimates:
             self.view(index, request, distilled)
             lazy.discard(index)
             last = time.perf_counter() - now
+
+
+def _floor(request: Request, distilled: Mapping[int, Any], index: int, longest: int) -> int:
+    """:func:`token_floor` of view ``index`` as sent (0 when left out with its exchange)."""
+    message = request.views.views[index].message
+    if index in distilled:
+        message = distilled[index].message
+        if message is None:
+            return 0
+    return token_floor(message, longest)
 
 
 def spare_core() -> bool:

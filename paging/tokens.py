@@ -112,3 +112,14 @@ def counted_resident(system: str, tools: list[dict[str, Any]], count_text: TextC
     defs = [{"name": t.get("name"), "description": t.get("description"),
              "parameters": t.get("parameters", t.get("input_schema"))} for t in tools]
     return count_text(system) + count_text(_dumps(defs))
+
+
+def token_floor(message: dict[str, Any], max_token_chars: int) -> int:
+    """A lower bound of :func:`counted_tokens` for a counter none of whose tokens is longer than
+    ``max_token_chars`` characters: the tokens of a text tile it, so a text of ``n`` characters
+    is at least ``ceil(n / max_token_chars)`` tokens. Images count 0 here (never more than their
+    price). It costs a length per text, nothing like encoding it."""
+    if message.get("role") == "system":
+        return 0
+    return sum(-(-len(part) // max_token_chars) for part in message_parts(message)
+               if isinstance(part, str))

@@ -33,6 +33,9 @@ CL100K_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
+# The longest token of the shipped file, in bytes (so in characters too: a character is at
+# least a byte). The file is checked against CL100K_SHA256, so this cannot change under us.
+CL100K_LONGEST = 128
 CL100K_SPECIAL = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
                   "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
 
@@ -49,9 +52,11 @@ def text_counter() -> Callable[[str], int] | None:
             return sum(len(encoding.encode_ordinary(piece)) for piece in pieces(text))
         return len(encoding.encode_ordinary(text))
 
-    if cores() < 2:
-        return whole
-    return functools.partial(_count_split, whole, _helper())
+    counter: Any = whole if cores() < 2 else functools.partial(_count_split, whole, _helper())
+    # A text is at least len(text) / this many tokens: the window bounds the history it need
+    # not count exactly with it (index/window_estimate.py).
+    counter.max_token_chars = CL100K_LONGEST
+    return counter
 
 
 @functools.cache

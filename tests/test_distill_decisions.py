@@ -170,3 +170,21 @@ def test_29_a_failed_segment_keeps_exactly_its_own_lines():
     end = large.segments[0].chunks[-1].end
     assert d.action == "distill" and d.kept == tuple(range(5))
     assert f"line {end} x" in d.replacement and f"line {end + 1} x" not in d.replacement
+
+
+def test_a_decision_stored_is_every_field_in_order_with_lists_for_tuples():
+    from context_paging.paging.distill.model import Decision
+
+    decision = Decision(target="t1", kind="output", action="distill", reason="r",
+                        phase="run-end", run="h1", judge="local", judged=False, kept=(0, 2),
+                        scores=((0, 0.5), (2, 1.0)), original="o", replacement="x",
+                        omitted=("h2",), label="read a.py", before_chars=9, after_chars=1,
+                        saved_tokens=3)
+    stored = decision.to_dict()
+    assert list(stored.items()) == [
+        ("target", "t1"), ("kind", "output"), ("action", "distill"), ("reason", "r"),
+        ("phase", "run-end"), ("run", "h1"), ("judge", "local"), ("judged", False),
+        ("kept", [0, 2]), ("scores", [[0, 0.5], [2, 1.0]]), ("original", "o"),
+        ("replacement", "x"), ("omitted", ["h2"]), ("label", "read a.py"),
+        ("before_chars", 9), ("after_chars", 1), ("saved_tokens", 3)]
+    assert Decision.from_dict(stored) == decision

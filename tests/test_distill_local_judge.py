@@ -13,6 +13,8 @@ from context_paging.paging.distill import (
     distill,
 )
 from context_paging.paging.distill.model import JudgeContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.builders import CONFIG, grep_output, judge_context, lines, run_end
 
@@ -163,3 +165,15 @@ def test_a_quoted_line_counts_with_its_spacing_evened_out_and_once_at_a_checkpoi
                     else Question("fix the sum", answer=notes))
         scores = LocalJudge().judge(question, chunks, context)
         assert scores is not None and scores[0] == 1.0 and scores[1] < 1.0
+
+
+_NAMES = st.text(alphabet="ab/.", max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(files=st.lists(_NAMES, max_size=5), paths=st.frozensets(_NAMES, max_size=5))
+def test_a_chunk_names_a_path_exactly_when_a_file_is_it_or_ends_in_slash_and_it(files, paths):
+    from context_paging.paging.distill import judge
+
+    pairwise = any(f == p or f.endswith("/" + p) for f in files for p in paths)
+    assert judge._names_a_path(files, paths) == pairwise

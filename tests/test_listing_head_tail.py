@@ -37,7 +37,7 @@ def test_the_catalog_lists_every_session_as_the_whole_read_does(tmp_path, monkey
     monkeypatch.setattr(listing, "HEAD_BYTES", 512)
     monkeypatch.setattr(listing, "TAIL_BYTES", 512)
     from_ends = Catalog(roots).summaries()
-    monkeypatch.setattr(catalog_module, "list_info", lambda *args, **kwargs: None)
+    monkeypatch.setattr(listing, "list_info", lambda *args, **kwargs: None)
     assert Catalog(roots).summaries() == from_ends
 
 

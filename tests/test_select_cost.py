@@ -172,6 +172,8 @@ def full_computation():
         patch.setattr(judge, "_failure_in", lambda text: failure.search(text) is not None)
         # "" is in every text: the pattern always runs, as a regex
         patch.setattr(judge, "_path_pattern", lambda paths: (judge._path_regex(paths), ("",)))
+        patch.setattr(judge, "_names_a_path", lambda files, paths: any(
+            f == p or f.endswith("/" + p) for f in files for p in paths))
         patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
         # Work texts read whole, as one text, uncached.
         patch.setattr(judge, "_text_evidence", judge.Evidence.of_text)
@@ -199,6 +201,8 @@ def full_computation():
         # Fingerprints one after another, each hashed where it is serialized.
         patch.setattr(request_module, "fingerprints",
                       lambda messages: [ledger.fingerprint(m) for m in messages])
+        # Exact counting back to the reach: no floors past the trim target.
+        patch.setattr(window_estimate.Estimates, "floor_chars", lambda self: None)
         yield
 
 

@@ -152,3 +152,14 @@ def test_a_busy_machine_counts_in_one_piece(monkeypatch):
     assert not _splits(text)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert _splits(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(min_size=1, max_size=3_000) | st.sampled_from(
+    ["." * 5_000, " " * 4_000, "-" * 3_000, "é" * 2_000, "a" * 6_000, "\n" * 500]))
+def test_the_shipped_counter_never_counts_fewer_tokens_than_its_floor(text):
+    """The window bounds uncounted history by ``len / max_token_chars`` (paging/tokens.py
+    ``token_floor``): no text may count below it, the longest runs cl100k merges included."""
+    counter = tokens.text_counter()
+    assert counter.max_token_chars == max(map(len, ENCODING.token_byte_values())) == 128
+    assert counter(text) >= -(-len(text) // counter.max_token_chars)

@@ -18,6 +18,7 @@ from context_paging.index.canonical import canonical, plain
 from context_paging.index.ledger import Ledger
 from context_paging.index.request import FingerprintMemo, same, strict
 from context_paging.index.window import ContextService, ContextSettings
+from context_paging.paging.distill import DistillConfig
 from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -132,6 +133,67 @@ def test_views_past_the_reach_that_a_window_can_still_keep_are_counted(
         shutil.copytree(home, copy, dirs_exist_ok=True)
         assert outcome(fast, **args) == outcome(service(copy, True, budget), **args)
         spare_time(fast, ahead)
+
+
+def floored_words(text: str) -> int:
+    """``words`` for a counter that says its longest token: a text with a word in it is at
+    least ``1 + len // 7`` tokens here, so never fewer than ``ceil(len / 7)``."""
+    return words(text)
+
+
+floored_words.max_token_chars = 7  # type: ignore[attr-defined]
+
+
+@settings(max_examples=50, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=2, max_size=14),
+    answers=st.lists(st.booleans(), min_size=14, max_size=14),
+    budget=st.integers(150, 3_000),
+    trim=st.one_of(st.none(), st.integers(50, 3_000)),
+    distill=st.booleans(),
+    steps=st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=3),
+)
+def test_counting_to_the_target_with_floors_beyond_answers_as_the_full_computation(
+        tmp_path_factory, sizes, answers, budget, trim, distill, steps):
+    """Before the first cut, views past the trim target carry floors (their length over the
+    longest token) instead of exact counts: every reply and state is the full computation's."""
+    messages = conversation(sizes, answers[: len(sizes)]) + [{"role": "user", "content": "go"}]
+    settings_ = ContextSettings(token_budget=budget, distill=DistillConfig(enabled=distill))
+
+    def made(home: Path, reference: bool) -> ContextService:
+        svc = ContextService(Ledger(home), settings_, floored_words)
+        svc.reference, svc.spare_seconds = reference, 0.0
+        return svc
+
+    home = tmp_path_factory.mktemp("fast")
+    fast = made(home, False)
+    for drop, change_model in sorted(steps, reverse=True):  # the conversation grows
+        upto = max(1, len(messages) - 3 * drop)
+        args = {"messages": messages[:upto], "fmt": "pi", "system": "sys",
+                "token_budget": budget, "trim_to_tokens": trim,
+                "model": "a/b" if change_model else "a/c"}
+        copy = tmp_path_factory.mktemp("full")
+        shutil.copytree(home, copy, dirs_exist_ok=True)
+        assert outcome(fast, **args) == outcome(made(copy, True), **args)
+
+
+def test_floors_let_the_first_cut_count_only_back_to_the_target(tmp_path):
+    """Sixty large outputs, a budget of about four turns: the first cut counts the two turns
+    the target holds and the one that crosses it, and no more; the rest carry floors."""
+    counted: list[str] = []
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return floored_words(text)
+
+    counting.max_token_chars = 7  # type: ignore[attr-defined]
+    messages = conversation([40] * 60, [False] * 60) + [{"role": "user", "content": "go"}]
+    svc = ContextService(Ledger(tmp_path), ContextSettings(
+        token_budget=3 * 460, distill=DistillConfig(enabled=False)), counting)
+    reply = svc.select("s", messages, "pi", token_budget=3 * 460)
+    outputs = [t for t in counted if t.startswith("src/mod")]
+    assert (reply["mode"], len(outputs)) == ("paged", 3)  # two kept, one crossing
 
 
 def spare_time(svc: ContextService, counts: int | None) -> None:

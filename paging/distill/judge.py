@@ -166,8 +166,7 @@ class Evidence:
             pattern, names = _path_pattern(self.paths)
             if any(n in text for n in names) and pattern.search(text):
                 return True
-            if any(f == path or f.endswith("/" + path) for f in chunk.files
-                   for path in self.paths):
+            if _names_a_path(chunk.files, self.paths):
                 return True
         # An identifier counts as a whole token: the same as a bounded search for each one,
         # but one pass over the chunk however many identifiers the work names.
@@ -175,6 +174,21 @@ class Evidence:
 
 
 _RUN = re.compile(r"[\w$]+")
+
+
+def _names_a_path(files: Iterable[str], paths: frozenset[str]) -> bool:
+    """Whether a file is one of ``paths`` or ends with "/" and one of them: the same as testing
+    every (file, path) pair, in one set lookup per "/" of each file (grep output names a file
+    on every chunk, and the work may name dozens of paths)."""
+    for name in files:
+        if name in paths:
+            return True
+        slash = name.find("/")
+        while slash >= 0:
+            if name[slash + 1:] in paths:
+                return True
+            slash = name.find("/", slash + 1)
+    return False
 
 
 @functools.lru_cache(maxsize=256)
@@ -242,7 +256,9 @@ class LocalJudge:
     @staticmethod
     def _score(chunk: Chunk, position: int, matched: set[str], work: _Work,
                context: JudgeContext, one: float) -> float:
-        flat = " ".join(chunk.text.split())
+        # Only quoted lines are looked for in the flattened text: without any, it is not made.
+        quoted = work.decisive.quoted or work.final.quoted or work.task.quoted
+        flat = " ".join(chunk.text.split()) if quoted else ""
         item = position if context.kind != "output" else 0
         superseded = item < len(context.superseded) and bool(context.superseded[item])
         if work.decisive.found_in(chunk, flat):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 Phase = Literal["run-end", "mid-run"]
@@ -108,7 +108,9 @@ class Decision:
         return max(0, self.before_chars - self.after_chars) if self.edits else 0
 
     def to_dict(self) -> dict[str, Any]:
-        value = asdict(self)
+        # Field by field: every field is a str, number, bool, None or a tuple made a list here,
+        # which ``asdict``'s deep walk (a tenth of a cold call's distillation) would only copy.
+        value = {name: getattr(self, name) for name in _DECISION_FIELDS}
         value["kept"] = list(self.kept)
         value["scores"] = [[i, s] for i, s in self.scores]
         value["omitted"] = list(self.omitted)
@@ -124,3 +126,6 @@ class Decision:
         data["omitted"] = tuple(str(i) for i in data.get("omitted", ()))
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_DECISION_FIELDS = tuple(f.name for f in fields(Decision))
