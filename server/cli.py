@@ -131,7 +131,10 @@ def _stop_on_interrupt(history, lock: threading.Lock) -> None:
 
     def stop(signum: int, frame: object) -> None:
         signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-        if lock.acquire(timeout=5):
+        # A History still loading (server/warmup.py) has nothing to close yet, and waiting for
+        # it here could wait for ever: this handler may have interrupted the main thread inside
+        # an import that the loading thread needs next.
+        if getattr(history, "ready", True) and lock.acquire(timeout=5):
             try:
                 history.close()
             except Exception:  # exiting anyway; the index repairs itself on the next start

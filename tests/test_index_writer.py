@@ -73,7 +73,8 @@ def test_the_segments_hold_what_the_stock_writer_writes(tmp_path, monkeypatch):
     write_all(tmp_path / "stock", batches, stock_writer)
     monkeypatch.setattr(store_module, "TermWriter", TermWriter)
     ours, stock = contents(tmp_path / "ours"), contents(tmp_path / "stock")
-    assert len(ours["postings"]) > 1000 and len(ours["stored"]) > 100
+    # not a vacuous comparison: the samples alone give ~70 items, the recorded sessions ~1,800
+    assert len(ours["postings"]) > 1000 and len(ours["stored"]) > (100 if HAVE_RECORDED else 50)
     assert ours == stock
 
 
