@@ -38,7 +38,8 @@ such lines proves little. Most labelled uses are not visible to the judge, thoug
 from later runs (the judge sees only the next request), from edits and written files, and from
 commands. The labels miss uses that paraphrase a line and credit pieces the agent may have got
 elsewhere: read "needed" as "a later turn reproduced part of it". Superseded outputs lose
-their needed lines by design (specs/distill.md §7: a newer version exists), so 100 % is not
+their needed lines by design (docs/distillation.md, "Mid-run checkpoints and break-even": a
+newer version exists), so 100 % is not
 reachable for reads of files edited later.
 
 **Exchanges.** Each run end's pass also judges the old exchanges before the run (a request
@@ -331,7 +332,7 @@ class Scored:
     removed_chars: int
     action: str
     reason: str
-    superseded: bool  # the pipeline found a newer version (specs/distill.md §7)
+    superseded: bool  # the pipeline found a newer version
     needed: frozenset[int]
     kept: frozenset[int]  # needed lines still in the window
     lines: tuple[str, ...] = field(repr=False)

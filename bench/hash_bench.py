@@ -1,4 +1,4 @@
-"""Serializing and hashing select_context's request, side by side in one run (issue 12 item 5).
+"""Serializing and hashing select_context's request, side by side in one run.
 
 On select_bench's workload (901 messages, 15 MiB of tool output), each figure the best of
 ``--repeat`` runs and a ratio to the JSON floor (``json.loads(json.dumps(messages))``) timed in

@@ -13,11 +13,11 @@ turns (A B A B …) so machine load falls on both alike:
   conversation, select_context, splice), without the HTTP hop; p50 / p95 per request, next to
   ``json.loads`` + ``json.dumps`` of the same body.
 
-Each figure is printed with its ratio to the JSON floor timed in the same worker (issue 12's
-``json.loads(json.dumps(messages))`` for the first two, the body's round trip for the proxy),
-then the medians over rounds and this checkout's time as a share of the other's. The in-process
-paths also report the process's CPU time per call (p50), which other load on a shared machine
-disturbs far less than wall time (it leaves out waiting for the disk, which wall time has).
+Each figure is printed with its ratio to the JSON floor timed in the same worker (the selection
+speed goals' ``json.loads(json.dumps(messages))`` for the first two, the body's round trip for the
+proxy), then the medians over rounds and this checkout's time as a share of the other's. The
+in-process paths also report the process's CPU time per call (p50), which other load on a shared
+machine disturbs far less than wall time (it leaves out waiting for the disk, which wall time has).
 
     python bench/hotpath_bench.py --against <other checkout> [--rounds 3] [--turns 15]
                                   [--no-stdio] [--no-proxy]

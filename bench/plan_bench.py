@@ -1,6 +1,6 @@
 """Distillation planning on select_bench's workload, next to the JSON floor, in one run.
 
-Prints, as ratios to issue 12's floor (``json.loads(json.dumps(messages))`` of the 901
+Prints, as ratios to the selection goals' floor (``json.loads(json.dumps(messages))`` of the 901
 messages, timed in the same run):
 
 * the cold call and the share of it spent in the distill step (``ContextService.distill``);

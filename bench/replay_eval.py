@@ -17,7 +17,7 @@ full history of some request exceeds the budget):
     python bench/replay_eval.py [--estimator chars4|tiktoken] [--budgets 128000,24000]
                                 [--no-distill] [--model provider/id] [--first-cut 0.375]
 
-Issue 16's goals are checked on all sessions too: none costs more than its full history, the
+The prompt-caching goals are checked on all sessions too: none costs more than its full history, the
 total cost is at most 0.9x compaction at 128k and 0.4x at smaller budgets, and every cache break
 caused by distillation alone paid for itself in hindsight (its re-write priced at write − read
 against the tokens it saved, read on each later request until the cut advanced).
@@ -120,8 +120,8 @@ def summary(replays: Sequence[Replay], label: str) -> tuple[str, list[str]]:
 
 
 def cache_goals(replays: Sequence[Replay], budget: int) -> list[str]:
-    """Issue 16's goals: no session above full history; total cost at most 0.9x compaction at
-    128k and 0.4x below it; distillation-alone breaks only where they pay."""
+    """The prompt-caching goals: no session above full history; total cost at most 0.9x
+    compaction at 128k and 0.4x below it; distillation-alone breaks only where they pay."""
     worst = max(replays, key=lambda r: _cost_ratio(r, "full"), default=None)
     full = sum(r.totals()["full"].cost for r in replays)
     comp = sum(r.totals()["compaction"].cost for r in replays)
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(table(rows))
         paging = [r for r in done if r.totals()["full"].peak > budget]
         for goal in cache_goals(done, budget):
-            print("  goal (issue 16, all sessions): " + goal)
+            print("  goal (all sessions): " + goal)
         for label, group in (("all sessions", done), ("sessions that page", paging)):
             line, goals = summary(group, label)
             print(line)

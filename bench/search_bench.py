@@ -4,8 +4,8 @@
 
 Two sessions of the same size, written as Pi session files:
 
-* ``upstream``: upstream's benchmark workload (specs/paging.md §10; bench/select_bench.py):
-  300 turns, 15 MiB of tool output, 8 log lines repeated; query ``needle``;
+* ``upstream``: upstream's benchmark workload (docs/selection.md, "The benchmark workload";
+  bench/select_bench.py): 300 turns, 15 MiB of tool output, 8 log lines repeated; query ``needle``;
 * ``fixtures``: 300 turns whose outputs are the real tool outputs of every recorded fixture,
   taken in turn until the same 15 MiB are reached; queries mined from one output in the middle
   (a compound token and its basename).

@@ -1,8 +1,9 @@
 """select_context on upstream's benchmark workload, next to plain JSON work, in one run.
 
-Workload (pi-context-paging's own benchmark): 300 turns, 15 MiB of tool output (52,428 characters per result,
-the last 52,668), budget 128,000 = the model window, default target; each turn is a user request,
-an assistant ``read`` call and its result; then the active request → 901 messages.
+Workload (pi-context-paging's own benchmark; docs/selection.md, "The benchmark workload"): 300
+turns, 15 MiB of tool output (52,428 characters per result, the last 52,668), budget 128,000 =
+the model window, default target; each turn is a user request, an assistant ``read`` call and its
+result; then the active request → 901 messages.
 
 Measured, each the best of ``--repeat`` runs, and each printed as a ratio to two floors timed
 in the same run: the JSON floor, ``json.loads(json.dumps(messages))`` of the request's

@@ -1,4 +1,4 @@
-"""The symlink-swap race of tests/test_hardening.py (item 2), repeated many times.
+"""The symlink-swap race of tests/test_hardening.py, repeated many times.
 
 A thread swaps a session file for a symlink to a file outside the roots and back while the
 four recovery tools read it by path. Each run is one fresh server and home; the script counts

@@ -2,7 +2,7 @@
 
     python -m bench.term_mix [--items 2000]
 
-Issue 15 asked whether leaving pure-digit parts out of the index (line numbers, version pieces:
+This measures whether leaving pure-digit parts out of the index (line numbers, version pieces:
 the ``7`` of ``parser_12.py:7``, the ``29`` of ``0.7.29``) would win back indexing speed. Whoosh's
 writing cost grows with the postings (term, item) it writes, so this counts them per class, for
 ``bench/corpus.py``'s generated outputs (what ``bench/index_bench.py`` indexes) and for every tool

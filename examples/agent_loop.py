@@ -1,6 +1,6 @@
 """A host agent loop over context-paging, with a scripted model: no network, no API key.
 
-What a host does (DESIGN.md, "Who uses it"):
+What a host does (docs/host-protocol.md):
 
 1. keep the **full** conversation, in Anthropic Messages format, and never trim it itself;
 2. before **every** model request, send it to ``select_context`` and send the model only the

@@ -1,5 +1,6 @@
-"""The Whoosh side of the search index: the tokenizer of specs/paging.md §3.1, the field types
-and schema that use it, the filters of §3.4, BM25 ranking (§3.3) and the merge policy.
+"""The Whoosh side of the search index: the tokenizer, the field types and schema that use it,
+the filters, BM25 ranking and the merge policy (docs/search.md, "What you can type", "Ranking",
+"Filters").
 
 The tokenizer is upstream's exactly: lower-case, then match ``\\p{Script=Han}|[\\p{L}\\p{N}_./:-]+``
 left to right, then strip leading and trailing runs of ``. / : -`` and drop empty tokens. No
@@ -54,7 +55,7 @@ _EDGES = "./:-"
 
 
 def tokens(text: str) -> list[str]:
-    """The tokens of ``text`` in order, duplicates kept (specs/paging.md §3.1)."""
+    """The tokens of ``text`` in order, duplicates kept."""
     lowered = text.lower()
     if lowered.isascii():
         return _ASCII_TOKEN.findall(lowered)
@@ -82,19 +83,21 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(tokens(query)))
 
 
-# Compound words (issue 15). A whole token such as ``src/components/modal.tsx``,
-# ``psycopg2.errors.deadlockdetected``, ``https://paraxial.io/blog`` or a uuid is indexed whole,
-# and also as its parts (split at runs of ``. / : -``) and its *pairs*: two adjacent parts with
-# the separator between them (``components/modal``, ``modal.tsx``, ``paraxial.io``). So
+# Compound words (docs/search.md, "What you can type"). A whole token such as
+# ``src/components/modal.tsx``, ``psycopg2.errors.deadlockdetected``, ``https://paraxial.io/blog``
+# or a uuid is indexed whole, and also as its parts (split at runs of ``. / : -``) and its *pairs*:
+# two adjacent parts with the separator between them (``components/modal``, ``modal.tsx``,
+# ``paraxial.io``). So
 #
 # * one part (``deadlockdetected``, ``e0918a8b1ffb``) matches its term;
 # * a two-part query token (``paraxial.io``, ``modal.tsx``) is itself a pair: one term;
 # * a longer one (``components/modal.tsx``) matches the whole term, or every one of its pairs.
 #
-# Pairs keep the separator, so upstream's rule 80 holds: ``inc-pager-047`` does not find
-# ``inc/pager/047`` (specs/paging.md §9). An item holding the query whole also holds its pairs,
-# and scores for both: it ranks first. ``_`` and camelCase stay inside a part: splitting them
-# was measured (bench/search_eval.py, README "Search") and is off (SPLIT_UNDERSCORE).
+# Pairs keep the separator, so upstream's rule holds: ``inc-pager-047`` does not find
+# ``inc/pager/047``. An item holding the query whole also holds its pairs, and scores for both: it
+# ranks first. ``_`` and camelCase stay inside a part: splitting them was measured
+# (bench/search_eval.py; docs/performance.md, "Search recall and speed") and is off
+# (SPLIT_UNDERSCORE).
 SPLIT_UNDERSCORE = False
 _SEPARATORS = re.compile(r"([./:_-]+)" if SPLIT_UNDERSCORE else r"([./:-]+)")
 
@@ -276,7 +279,7 @@ def filter_query(
     *extra: Query | None,
 ) -> Query | None:
     """The search's restrictions as one query (None: none): these sessions, this project or
-    below it, and the filters of specs/paging.md §3.4 (every file and tool among the item's,
+    below it, and the filters of docs/search.md, "Filters" (every file and tool among the item's,
     whole values; ``failed`` equal). A ``files`` entry may be a tuple of alternative paths
     (the recorded paths a suffix stands for). ``extra``: more restrictions (the query's
     required and excluded words)."""
@@ -400,7 +403,8 @@ def _shortest(length: int) -> int:
 
 
 class RankCollector(TopCollector):
-    """The best ``limit`` hits by score, ties by session then sequence (specs/paging.md §3.3).
+    """The best ``limit`` hits by score, ties by session then sequence
+    (docs/search.md, "Ranking").
 
     Whoosh's TopCollector breaks ties by document number and skips blocks that can at best tie
     the last place. Here the skip threshold sits just below the last place's score, so its

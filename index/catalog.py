@@ -62,7 +62,7 @@ class Catalog:
         self.roots = dict(roots)
         self.keep_open = keep_open
         self._files: OrderedDict[str, SessionFile] = OrderedDict()
-        self.cache = cache  # summaries by path and file identity, kept across runs (issue 15)
+        self.cache = cache  # summaries by path and file identity, kept across runs
         self._cached: dict[str, dict] | None = None
 
     def open(self, found: SessionFileRef) -> SessionFile:

@@ -1,6 +1,6 @@
 """Where session files live, and which file a session reference names.
 
-A *session reference* (DESIGN.md "Sessions and history ids") is ``<source>:<id>`` (``pi``,
+A *session reference* (docs/sessions.md, "Session references") is ``<source>:<id>`` (``pi``,
 ``claude``, ``codex``; ``ledger`` is resolved by the ledger), a bare id that matches exactly one
 session (a unique prefix of at least 6 characters also works), or a path to a file inside a
 configured source root. Anything that resolves outside the roots is refused, symlinks included.

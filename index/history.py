@@ -1,4 +1,5 @@
-"""History items: the unit that search, browse, load and paging address (specs/paging.md §1).
+"""History items: the unit that search, browse, load and paging address
+(docs/sessions.md, "History items").
 
 A *user item* is one request. A *model-turn item* is one assistant message together with the
 contiguous tool results that follow it. Items keep their messages (frozen values, never copied),
@@ -7,7 +8,8 @@ plus the metadata the tools filter on: ``tools`` (every call name, in order, dup
 interrupted response).
 
 Upstream aborts the whole projection on the first malformed exchange. Real session files are
-messier, so here one bad exchange never hides the rest (DESIGN.md, issue 2):
+messier, so here one bad exchange never hides the rest (docs/sessions.md, "One bad
+exchange never hides the rest"):
 
 * ORPHAN_TOOL_RESULT — a result with no assistant before it: skipped, reported.
 * MISMATCHED_TOOL_RESULT — a result for a call the assistant did not make: skipped, reported.
@@ -189,7 +191,7 @@ def _collect_files(value: Any, found: dict[str, None]) -> None:
             _collect_files(member, found)
 
 
-# --- the public view (DESIGN.md "Public view", specs/paging.md §1.3) ---------------------------
+# --- the public view (docs/sessions.md, "What is never read as text") ------------------------
 
 
 def public_block(block: Block) -> dict[str, Any] | None:
@@ -266,7 +268,8 @@ def preview(item: HistoryItem) -> str:
 
 
 def search_text(item: HistoryItem) -> str:
-    """The text an item is found by (specs/paging.md §3.2), public blocks only, images as a marker.
+    """The text an item is found by (docs/search.md, "Ranking"), public blocks only, images as a
+    marker.
 
     Model turns add each call's name and arguments, every result's text, and every file path with
     its segments, so ``needle.ts`` finds a turn that read ``src/needle.ts``.

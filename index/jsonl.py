@@ -1,6 +1,6 @@
 """A tolerant, incremental JSON Lines reader for session files that are still being written.
 
-Rules (specs/session-formats.md §0):
+Rules (docs/sessions.md, "Reading a file that is still being written"):
 
 * A last line without a newline is *pending*: the agent may still be writing it. If it parses to an
   object it is accepted; otherwise it is left for the next read, which starts at its byte offset.

@@ -1,4 +1,6 @@
-"""When distillation's edits reach the window: with the re-writes the cache pays anyway (issue 16).
+"""When distillation's edits reach the window: with the re-writes the cache pays anyway.
+
+The rule is in docs/distillation.md, "Under prompt caching".
 
 Distillation decides early and stores its decisions in the ledger as before. But an edit of a
 message the provider has already cached re-writes the cached prefix from that message on

@@ -113,7 +113,7 @@ class LedgerSession:
         self._converted: dict[str, list[Message]] = {}  # id -> its Messages (ids fix the prefix)
         # The last path converted (ids, call-id -> name map after them, Messages before
         # join_turns, joinable ids) and the last projection (its Messages, its items): a
-        # conversation that grew by a turn converts and projects only that turn (issue 12).
+        # conversation that grew by a turn converts and projects only that turn.
         self._path: _Path | None = None
         self._projected: tuple[list[Message], tuple[HistoryItem, ...]] | None = None
         self._flushing: list[Future[None]] = []  # fsyncs still running (durable=False writes)

@@ -8,7 +8,7 @@ compaction summaries, settings changes and lifecycle events are counted, not car
 
 Privacy is structural: thinking, redacted thinking, signatures and unknown assistant blocks are
 read into :class:`HiddenBlock`, which keeps only *what kind* of block stood there, so no tool can
-return their text by mistake (DESIGN.md "Public view").
+return their text by mistake (docs/sessions.md, "What is never read as text").
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ Block = TextBlock | ImageBlock | ToolCall | HiddenBlock
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Provider token counts of one response, non-overlapping (specs/session-formats.md §5.2)."""
+    """Provider token counts of one response, non-overlapping
+    (docs/sessions.md, "Token counts per response")."""
 
     input: int = 0
     output: int = 0

@@ -1,8 +1,9 @@
-"""Browse, load and page one session's history items (specs/paging.md §2, §4).
+"""Browse, load and page one session's history items
+(docs/tools.md, "How the recovery tools answer").
 
 The navigator sees the *visible* items: recovery-tool turns (this server's own tools, under any
 host namespace) are hidden, and the rest are renumbered 0..n-1; browse anchors, loads and
-references use that visible ``sequence`` (upstream's rule, W9: documented, not unified).
+references use that visible ``sequence`` (upstream's rule, documented, not unified).
 ``read_context_output`` uses the raw items, so the assistant blocks of a recovery turn stay
 readable while its results are refused.
 """

@@ -3,7 +3,7 @@
 ``os.replace`` over an existing file costs about 2 ms here, every time: ext4 (``auto_da_alloc``)
 starts writing the new file's data out before the rename commits. The per-session state and the
 proxy's tallies are rewritten on every ``select_context`` call, so that was a fixed cost on the
-hot path (issue 12/13 follow-up). :func:`overwrite` instead writes the new text over the old in
+hot path. :func:`overwrite` instead writes the new text over the old in
 place, under an exclusive ``flock``, in one ``pwrite`` from offset 0, padded with spaces to the
 old length (JSON allows trailing whitespace), so a process killed at any point leaves either the
 old or the new value, never a mix; a reader that must not see a write in progress takes a

@@ -1,4 +1,5 @@
-"""``recall``: the exact original of a tool output or an exchange (specs/distill.md §8).
+"""``recall``: the exact original of a tool output or an exchange (docs/distillation.md,
+"Recall").
 
 The text is line-numbered when filtered by ``pattern``; ``offset`` (1-based) and ``limit`` count
 lines (matching lines with a pattern); at most 2,000 lines and 50 KB go out per call, and a cut
@@ -70,7 +71,7 @@ def find_original(items: Sequence[HistoryItem], *, tool_call_id: str | None = No
     if items[start].kind == "user":
         # An exchange runs to the next request. A user message typed while the agent worked
         # (steering) is part of it, as distillation counts it when it omits the exchange
-        # (specs/distill.md §8 "up to the next non-steering user message", §10 case 42).
+        # (docs/distillation.md, "Recall"; upstream's case 42).
         while end < len(items) and not (items[end].kind == "user"
                                         and not _steers(items[end - 1])):
             end += 1

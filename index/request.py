@@ -1,6 +1,7 @@
 """What is new in a ``select_context`` request, found without re-reading what is not.
 
-Two ways to avoid paying for the whole history on every call (DESIGN.md "Performance rules"):
+Two ways to avoid paying for the whole history on every call (docs/architecture.md,
+"Performance rules"):
 
 * **Send only what is new.** A host passes ``after_id`` (the ``last_message_id`` of an earlier
   reply, or any stored message id) and only the messages after it. :func:`expand` rebuilds the

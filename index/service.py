@@ -528,9 +528,9 @@ def might_have_run_in(found: SessionFileRef, cwd: str, root: Path | None = None)
 
 def file_stats(ref: str, session: SessionFile, enabled: bool = True,
                budget: int | None = None) -> Stats:
-    """The §8 report for an agent's session file (its active path; thinking is not kept, so it
-    is not counted). ``budget`` is the configured paging budget, the one a window of this
-    session would be held to."""
+    """The stats report (docs/tools.md, "The stats report") for an agent's session file (its active
+    path; thinking is not kept, so it is not counted). ``budget`` is the configured paging budget,
+    the one a window of this session would be held to."""
     conversation = session.conversation
     chars = 0
     last_usage = None

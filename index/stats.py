@@ -1,4 +1,5 @@
-"""The stats report (specs/paging.md §8): saved history, the latest request, cache totals.
+"""The stats report (docs/tools.md, "The stats report"): saved history, the latest request, cache
+totals.
 
 Works for a ledger session (conversations sent through ``select_context``) and for an agent's
 session file. Numbers use fixed en-US grouping; a missing value prints ``unavailable``.

@@ -17,7 +17,7 @@ fingerprints with the given documents, and the plan is applied in one writer tra
 :class:`~index.writer.TermWriter`: Whoosh's segments, written faster).
 Nothing to do means no writer at all.
 
-Concurrency and crashes (DESIGN.md "Reliability rules"). Whoosh commits by writing new segment
+Concurrency and crashes (docs/reliability.md, "The rules"). Whoosh commits by writing new segment
 files and then renaming a new table of contents into place, so readers never block and a process
 killed mid-commit leaves the previous generation intact; the next open or commit removes the
 leftovers.
@@ -102,7 +102,7 @@ COMPOUND = True  # one file per segment: fewer open files (compound=False measur
 BATCH_DOCS = 5_000
 # BM25 statistics of a one-session search: that session's items (upstream's choice, and what
 # the in-memory first search of index.scan computes), or every indexed item (False). Measured
-# with bench/search_eval.py; see README "Search".
+# with bench/search_eval.py; see docs/performance.md, "Search recall and speed".
 SESSION_STATISTICS = True
 BATCH_SECONDS = 10.0
 _TOC_TEMP = re.compile(rf"^_{INDEX_NAME}_\d+\.toc\.")
@@ -288,7 +288,8 @@ class SearchIndex:
         required: Sequence[str] = (),
         excluded: Sequence[str] = (),
     ) -> list[Hit]:
-        """BM25 hits, best first, ties by session then sequence (specs/paging.md §3.3–3.4).
+        """BM25 hits, best first, ties by session then sequence
+        (docs/search.md, "Ranking", "Filters").
 
         ``""`` matches every item (score 0, oldest first); a query without tokens matches
         nothing. Filters apply before ``limit``. ``project`` keeps the items of sessions that

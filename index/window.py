@@ -1,6 +1,6 @@
 """``select_context``: the rolling window, as a pipeline of named steps.
 
-One call (DESIGN.md "Host-facing tools") reads its request once (``paging.request``) and runs:
+One call (docs/host-protocol.md, "The call") reads its request once (``paging.request``) and runs:
 
 1. **record** — every message not seen before is appended to the session's ledger, before
    anything can fail on budget grounds: a selection error never loses stored history;
@@ -196,7 +196,8 @@ class ContextService:
         the window said by position (``paging.window_form``), every other field the same."""
         check_form(reply_form)  # refused before anything is stored, like a bad request
         # A malformed request (a result that answers no call, …) is refused before anything is
-        # stored, so no tool ever sees its messages (specs/paging.md §1.5).
+        # stored, so no tool ever sees its messages (docs/sessions.md, "One bad exchange never
+        # hides the rest").
         request = self.read(session, messages, fmt, ephemeral, after_id, self.settings.enabled)
         if self.settings.enabled and not self.reference:
             # A new large output starts counting on a helper while the call records and distills.
@@ -506,7 +507,7 @@ class ContextService:
     # --- the report ---------------------------------------------------------------------------
 
     def stats(self, session: str, enabled: bool = True) -> Stats:
-        """The §8 report for a ledger session."""
+        """The stats report for a ledger session (docs/tools.md, "The stats report")."""
         ledger = self.ledger.session(session)
         state = SessionState.from_dict(self.ledger.load_state(session))
         history = 0

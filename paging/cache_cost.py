@@ -9,8 +9,8 @@ cut advances), is more than that re-write:
 
     rewrite_tokens × (write − read)  <  saved_tokens × read × horizon
 
-Prices are per input token relative to an uncached one, per provider (issue 16). The tables
-below are the published list-price ratios, rounded:
+Prices are per input token relative to an uncached one, per provider (docs/distillation.md, "Under
+prompt caching"). The tables below are the published list-price ratios, rounded:
 
 * ``anthropic`` (5-minute cache, the default ``cache_control``): write 1.25, read 0.1;
 * ``anthropic-1h`` (the 1-hour cache): write 2.0, read 0.1;

@@ -1,4 +1,6 @@
-"""Calibration from provider usage (specs/paging.md §6), for a server that sees only requests.
+"""Calibration from provider usage, for a server that sees only requests.
+
+The rules are in docs/selection.md, "Calibration and the fast path".
 
 Upstream anchors on Pi's ``turn_end`` event. A ``select_context`` server never sees the response
 go by; it sees the *next* request, which contains that response, and the host's ``usage`` for
@@ -9,16 +11,16 @@ local estimate and whether it is persistent history) and, on the next call:
    which must not be interrupted, and the sent persistent messages must appear in the new request
    in the same order (else no calibration: the host edited history);
 2. the provider total U = input + output + cache_read + cache_write counts the anchored request
-   plus the response, so the estimate of the new request is (§6.4 step 3)
+   plus the response, so the estimate of the new request is
    ``E = U + Σtok(current) − Σtok(sent) − tok(response) + R_now − R_sent``;
-3. per-message weights (§6.5): ``surplus = U − R − M`` is split between a resident overhead
+3. per-message weights: ``surplus = U − R − M`` is split between a resident overhead
    (first observation ``surplus · R / (R + scalable)``, later ``min(previous, surplus)``) and a
    scale on the persistent messages, so an evicted message removes its own scaled cost.
 
-Changed from upstream: W5 — when a response shows no surplus, the remembered overhead is kept
-instead of collapsing to 0 (a later undercount is then still split, not blamed on messages
-alone); W6 — weights do not depend on an exact match between two provider totals: here the
-provider total is the usage itself.
+Changed from upstream (docs/selection.md, "Differences from upstream"): W5 — when a response shows
+no surplus, the remembered overhead is kept instead of collapsing to 0 (a later undercount is then
+still split, not blamed on messages alone); W6 — weights do not depend on an exact match between two
+provider totals: here the provider total is the usage itself.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Calibration:
 
 
 def usage_total(usage: Any) -> float | None:
-    """input + output + cache_read + cache_write, if all present ones are valid (§6.1)."""
+    """input + output + cache_read + cache_write, if all present ones are valid."""
     if not isinstance(usage, dict):
         return None
     total = 0.0

@@ -1,4 +1,5 @@
-"""Upstream's characters/4 token estimate, with JavaScript parity (specs/paging.md §7).
+"""Upstream's characters/4 token estimate, with JavaScript parity (docs/selection.md, "Token
+estimates").
 
 Pi estimates a message as ``ceil(chars / 4)`` where ``chars`` counts JavaScript string lengths,
 i.e. UTF-16 code units (an emoji counts 2), and tool-call arguments and tool definitions are
@@ -6,7 +7,7 @@ measured as ``JSON.stringify`` output (compact separators, insertion order, no A
 integral numbers without ``.0``, lone surrogates escaped). This module reproduces that so
 upstream's token figures hold in tests and in the ``chars4`` estimator setting.
 
-Per role (§7): user/custom/toolResult count text blocks plus 4,800 characters per image (a
+Per role: user/custom/toolResult count text blocks plus 4,800 characters per image (a
 string content counts whole); assistant counts text, thinking, and for each tool call its name
 plus its JSON arguments; bashExecution counts command plus output; compaction and branch
 summaries count the summary; system counts content plus JSON of ``toolsAdded`` (the tracker's
@@ -135,7 +136,7 @@ def _text(value: Any) -> int:
 
 
 def chars4_tokens(message: Mapping[str, Any]) -> int:
-    """Pi's ``estimateTokens`` for one Pi AgentMessage dict (§7)."""
+    """Pi's ``estimateTokens`` for one Pi AgentMessage dict."""
     role = message.get("role")
     if role in ("user", "custom", "toolResult"):
         chars = _content_chars(message.get("content"))
@@ -160,7 +161,9 @@ def text_chars4(text: str) -> int:
 
 
 def resident_chars4(system: str, tools: Sequence[Mapping[str, Any]]) -> int:
-    """Resident input R = ceil((len(system) + len(JSON of the active tools)) / 4) (§5.3).
+    """Resident input R = ceil((len(system) + len(JSON of the active tools)) / 4).
+
+    (docs/selection.md, "Resident input and estimates")
 
     Each tool is reduced to ``{name, description, parameters}`` in that order; a missing key is
     left out, as ``JSON.stringify`` drops ``undefined`` properties.

@@ -229,7 +229,7 @@ def _anthropic_views(message: dict[str, Any], index: int, names: dict[str, str])
             kind = block.get("type") if isinstance(block, dict) else None
             if kind in SERVER_CALL_KINDS or is_server_result(block):
                 # Complete inside this message (the server ran the tool): public text, not a
-                # call waiting for a result (specs/model-apis.md, server tools).
+                # call waiting for a result (docs/host-protocol.md, "Formats").
                 out.append({"type": "text", "text": public_json(block)})
             elif kind == "tool_use" and isinstance(block.get("id"), str):
                 names[block["id"]] = str(block.get("name", ""))
@@ -303,7 +303,7 @@ _PRIVATE_KINDS = frozenset({"thinking", "redacted_thinking", "reasoning"})
 _PRIVATE_KEYS = frozenset({"thinking", "signature", "encrypted_content", "reasoning"})
 # Assistant parts known to be public. Every other assistant part (``reasoning_text``,
 # ``summary_text``, a type invented next year) is treated as private: it is counted but never
-# read as text, indexed or returned (DESIGN.md "Public view").
+# read as text, indexed or returned (docs/sessions.md, "What is never read as text").
 SERVER_CALL_KINDS = frozenset({"server_tool_use", "mcp_tool_use"})
 _PUBLIC_ASSISTANT_KINDS = frozenset({
     "text", "output_text", "refusal", "tool_use", "toolCall", "tool_call", "function_call",

@@ -1,4 +1,5 @@
-"""Budget, target and model limit of one selection, and the selector's error (paging.md §5.2).
+"""Budget, target and model limit of one selection, and the selector's error
+(docs/selection.md, "Limits").
 
 * ``token_budget`` — the configured rolling budget, a positive safe integer (JavaScript's
   ``Number.isSafeInteger``: an integral number up to 2**53 − 1; an integral float counts, a
@@ -26,7 +27,8 @@ DEFAULT_TOKEN_BUDGET = 128_000
 
 
 class ContextSelectionError(Exception):
-    """A selection the host must not send; ``code`` is upstream's error code (§5.13).
+    """A selection the host must not send; ``code`` is upstream's error code
+    (docs/selection.md, "Errors").
 
     Limit errors carry 0/0/0 as upstream; structure errors carry no numbers.
     """
@@ -80,7 +82,7 @@ def _limit_error(code: str, message: str) -> ContextSelectionError:
 def context_limits(
     token_budget: object, trim_to_tokens: object = None, model_window: object = None
 ) -> Limits:
-    """Validate the configured limits and compute their effective values (§5.2)."""
+    """Validate the configured limits and compute their effective values."""
     if model_window is not None and not (
         _is_number(model_window) and math.isfinite(model_window) and model_window > 0
     ):

@@ -1,9 +1,10 @@
-"""Texts the selector puts in front of a paged window (paging.md §5.12, §5.11).
+"""Texts the selector puts in front of a paged window (docs/selection.md,
+"The notice").
 
 The project's own wording of upstream's notices: the same facts, the same line structure and
 the same length (the plain notice is 278 characters for a 128,000-token budget and 274 for a
 350-token one: 70 and 69 tokens, upstream's figures). Tools are named by their bare names and
-with this server's argument names (DESIGN.md: ``history_id``, ``tool_call_id``,
+with this server's argument names (``history_id``, ``tool_call_id``,
 ``source: "tool_result"``).
 Numbers use fixed en-US grouping, never the process locale (weakness W13).
 
@@ -62,7 +63,7 @@ def paging_notice(
 
 
 def overflow_notice(budget_tokens: float) -> str:
-    """Protected-overflow notice: the newest unread exchange is sent whole this once (§5.11)."""
+    """Protected-overflow notice: the newest unread exchange is sent whole this once."""
     return "\n".join(
         [
             HEADER,
@@ -76,7 +77,7 @@ def overflow_notice(budget_tokens: float) -> str:
 
 
 def recovery_notice() -> str:
-    """Recovery notice: the newest tool results were replaced by exact read calls (§5.11)."""
+    """Recovery notice: the newest tool results were replaced by exact read calls."""
     return "\n".join(
         [
             HEADER,
@@ -89,7 +90,7 @@ def recovery_notice() -> str:
 
 
 def recovery_replacement(history_id: str, tool_call_id: str) -> str:
-    """Text that stands in for one tool result larger than the model window (§5.11)."""
+    """Text that stands in for one tool result larger than the model window."""
     return "\n".join(
         [
             RECOVERY_HEADER,

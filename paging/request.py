@@ -166,9 +166,10 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
          stored: Sequence[str] = (), validate: bool = False,
          earlier: Request | None = None) -> Request:
     """The request value. ``prints(skip)``: the fingerprint of every host message, None for the
-    skipped ones. ``validate``: check the exchanges (``paging.units.normalize``), so a
-    malformed request is refused before anything is stored (specs/paging.md §1.5), and with no
-    ``earlier`` before its fingerprints are taken; the result is kept for the selector.
+    skipped ones. ``validate``: check the exchanges (``paging.units.normalize``), so a malformed
+    request is refused before anything is stored (docs/sessions.md, "One bad exchange never hides
+    the rest"), and with no ``earlier`` before its fingerprints are taken; the result is kept for
+    the selector.
 
     ``earlier``: the same session's previous request. What it derived for the leading messages
     both share is reused instead of derived again (the value is the same either way;

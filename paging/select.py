@@ -1,4 +1,6 @@
-"""The context selector: which messages of an outgoing request are sent (paging.md §5).
+"""The context selector: which messages of an outgoing request are sent.
+
+The rules, step by step, are in docs/selection.md.
 
 A pure port of upstream's ``selectContext`` over Pi-shaped message dicts. The caller (the
 server) converts a host request into Pi AgentMessage dicts, computes one token estimate per
@@ -8,14 +10,14 @@ the caller rebuilds the window in the host's own format; the notice is returned 
 as a message, so the caller may place it where a strictly alternating API accepts it (W11) —
 it is byte-stable either way.
 
-The algorithm, in upstream's order: limits (§5.2) → resident and per-message estimates (§5.3)
-→ normalization and grouping, which validate the whole input (§5.4, §5.5; ``paging.units``) →
-calibration ``c = context_tokens − raw input estimate`` (§5.6) → resident precheck → fast path
-→ provenance and the remembered frontier (§5.7) → one FIFO executor (§5.8) that evicts prefix
+The algorithm, in upstream's order: limits → resident and per-message estimates →
+normalization and grouping, which validate the whole input (``paging.units``) →
+calibration ``c = context_tokens − raw input estimate`` → resident precheck → fast path
+→ provenance and the remembered frontier → one FIFO executor that evicts prefix
 units, then completed turns, then active-turn exchanges, only when over the budget and then
 down to the target, never the active request envelope, trailing outgoing-only messages or the
-unread trailing tool exchange (§5.10) → stable frontier with backward snap (§5.9) →
-protected-overflow and recovery modes (§5.11).
+unread trailing tool exchange → stable frontier with backward snap →
+protected-overflow and recovery modes.
 
 Kept from upstream: error codes and the facts of their messages (numbers printed raw); the
 equality rules (at the budget nothing pages; between target and budget nothing advances); the
@@ -23,7 +25,7 @@ five fallback causes, each forgetting the frontier and running budget-only; cali
 computed once from the original input; the frozen notice is re-sent unchanged until the cut
 advances; a non-interrupted exchange with missing results anywhere is INVALID_MESSAGE_STRUCTURE.
 
-Changed:
+Changed (docs/selection.md, "Differences from upstream"):
 
 * Identity. Upstream finds raw items by object identity, then timestamp buckets and JSON
   equality. Here the caller answers ``RawHistory.key_of`` / ``tool_reference`` /
@@ -39,8 +41,8 @@ Changed:
   such single messages after it stay with it.
 * Recovery mode needs at least one result it can replace with a read call; without one it
   raises the recovery error instead of sending a "recovery" window that recovered nothing.
-* ``first_cut`` (issue 16, off unless passed): a cut made with no remembered frontier — the
-  session first crossing the budget — may land deeper than the target; see
+* ``first_cut`` (off unless passed; docs/window.md, "The first cut"): a cut made with no remembered
+  frontier — the session first crossing the budget — may land deeper than the target; see
   ``first_cut_target``. Without it every cut trims to the target, as upstream.
 * W13: notice numbers use fixed en-US grouping. The notice is text, its cost is the caller's
   ``notice_tokens(text)`` (a recovery replacement is costed the same way).
@@ -106,7 +108,7 @@ _ROLE = operator.methodcaller("get", "role")
 
 @dataclass(frozen=True)
 class TokenEstimates:
-    """Provider-calibrated costs aligned with the input (§6.4); used only with context_tokens."""
+    """Provider-calibrated costs aligned with the input; used only with context_tokens."""
 
     resident_tokens: float
     message_tokens: Sequence[float]
@@ -187,11 +189,11 @@ def select_context(
     notice_tokens: Callable[[str], float],
     normalized: Normalized | None = None,
 ) -> Selection:
-    """Select the window for one outgoing request (§5); raises ``ContextSelectionError``.
+    """Select the window for one outgoing request; raises ``ContextSelectionError``.
 
     ``estimates`` holds one caller-computed cost per message (system messages count 0 here,
     they are resident input); ``context_tokens`` is a provider-backed estimate of the whole
-    input and ``token_estimates`` its per-message split (§6.6), each ignored when invalid;
+    input and ``token_estimates`` its per-message split, each ignored when invalid;
     ``notice_tokens(text)`` is the non-negative cost of a notice or recovery replacement;
     ``cut_state`` is the previous selection's, passed back unchanged; ``first_cut`` (a
     fraction of the budget; None: upstream's rule) is where a cut lands when no frontier is
@@ -210,7 +212,7 @@ def select_context(
     if weights is not None:
         resident_tokens, estimates = weights.resident_tokens, weights.message_tokens
     limits, first_target = leave_room(limits, first_target, resident_tokens)
-    # Outgoing system messages are covered by the resident estimate (§5.3).
+    # Outgoing system messages are covered by the resident estimate.
     # (``role_of`` as a map in C: this and the costs are passes over the whole conversation.)
     roles = list(map(_ROLE, messages))
     costs = ([0 if role == "system" else estimates[i] for i, role in enumerate(roles)]
@@ -398,7 +400,8 @@ class _Selector:
         return self._view((), [remainder, *later], self.groups.active)
 
     def protected(self, view: View) -> int | None:
-        """Position of the unread trailing tool exchange P among the view's units (§5.10)."""
+        """Position of the unread trailing tool exchange P among the view's units
+        (docs/selection.md, "Protected content")."""
         if view.active is None:
             return None
         position = len(view.units) - 1
@@ -437,7 +440,8 @@ class _Selector:
         return found_id or history_id, found_tool or tool
 
     def _unit_frontier(self, unit: Unit, view: View) -> tuple[Frontier | None, bool]:
-        """(frontier, failed) of an evicted unit; (None, False) means keyless (§5.9)."""
+        """(frontier, failed) of an evicted unit; (None, False) means keyless
+        (docs/selection.md, "The cut point")."""
         assert self.raw is not None
         for i in reversed(unit.anchors):
             if role_of(self.messages[i]) not in ("user", "assistant"):
@@ -462,7 +466,8 @@ class _Selector:
     def run(
         self, view: View, destination: float, previous: CutState | None, stateful: bool
     ) -> _Outcome:
-        """Evict units FIFO until the window fits the destination (§5.8)."""
+        """Evict units FIFO until the window fits the destination
+        (docs/selection.md, "The FIFO cut")."""
         budget, units = self.budget, view.units
         retained = view.protected_tokens + sum(unit.tokens for unit in units)
         notice: _NoticeKey = None if previous is None else previous.notice
@@ -533,7 +538,8 @@ class _Selector:
     def _exceptional(
         self, exchange: Unit, retained: float
     ) -> tuple[Mode, str, dict[int, str], float]:
-        """Protected-overflow, else recovery, else the recovery error (§5.11)."""
+        """Protected-overflow, else recovery, else the recovery error
+        (docs/selection.md, "Overflow and recovery")."""
         limit = self.limits.model_limit
         overflow = overflow_notice(self.budget)
         if self.fits(retained + self.cost(overflow), limit):
@@ -577,7 +583,8 @@ class _Selector:
         )
 
     def fallback(self, reason: str) -> Selection:
-        """Budget-only FIFO on the uncut view; the frontier is forgotten (§5.7)."""
+        """Budget-only FIFO on the uncut view; the frontier is forgotten
+        (docs/selection.md, "The remembered cut")."""
         return self._selection(self.run(self.raw_view(), self.budget, None, False), None, reason)
 
     def select(self, remembered: CutState | None) -> Selection:

@@ -1,4 +1,6 @@
-"""An omitted exchange's stub merged into the user message after it (issue 16, pure).
+"""An omitted exchange's stub merged into the user message after it (pure).
+
+The rule is in docs/distillation.md, "Two user messages in a row".
 
 Distillation omits an old exchange by keeping its request as a one-text stub and leaving out
 the rest of its messages, so the stub is usually followed directly by the next request: two user

@@ -1,11 +1,11 @@
 """Token estimates with a real tokenizer, for Pi-shaped messages (the selector's view).
 
 The text counter is injected (``count_text``), so this module stays pure: the server loads the
-tokenizer (tiktoken's cl100k_base, shipped with the package) and passes its ``len(encode(t))``.
-What is counted mirrors upstream's characters/4 estimator (specs/paging.md §7) — text, thinking,
-tool names and JSON arguments, result text, summaries — so the two estimators differ only in how
-they turn text into tokens. Images are counted by size: their pixel dimensions are read from the
-PNG/JPEG/GIF/WebP header and priced as ``width × height / 750`` (capped at 1,600, Anthropic's
+tokenizer (tiktoken's cl100k_base, shipped with the package) and passes its ``len(encode(t))``. What
+is counted mirrors upstream's characters/4 estimator (docs/selection.md, "Token estimates") — text,
+thinking, tool names and JSON arguments, result text, summaries — so the two estimators differ only
+in how they turn text into tokens. Images are counted by size: their pixel dimensions are read from
+the PNG/JPEG/GIF/WebP header and priced as ``width × height / 750`` (capped at 1,600, Anthropic's
 published rule); an image whose size cannot be read costs upstream's 1,200.
 """
 

@@ -1,4 +1,6 @@
-"""Eviction units: normalization, grouping, views and cut identities (paging.md §5.4-§5.9).
+"""Eviction units: normalization, grouping, views and cut identities.
+
+The rules are in docs/selection.md, "Interrupted exchanges" to "The cut point".
 
 Everything here works on indexes into the caller's message list, never on copies, so the
 selector can answer with indexes and the caller rebuilds its own provider format.
@@ -15,16 +17,16 @@ Grouping splits the atoms into *prefix* atoms (before the first request), *compl
 the custom alone), its exchanges (evictable one by one) and its trailing outgoing-only messages
 (sent last, never evicted). A *view* lists the evictable units in FIFO order.
 
-Changed from upstream (weakness W4): a ``system``, ``bashExecution``, ``compactionSummary``,
-``branchSummary`` (or any other non-request role) message after the active request no longer
-aborts the call with "unsupported message structure". Directly after the envelope it joins the
-envelope (protected like the request it follows; outgoing-only messages in between do not
-change that, so a request's ephemeral messages never move the cut); later it is a
-single-message exchange that FIFO may evict (it has no history id: a keyless unit). An
+Changed from upstream (weakness W4, docs/selection.md, "Differences from upstream"): a ``system``,
+``bashExecution``, ``compactionSummary``, ``branchSummary`` (or any other non-request role) message
+after the active request no longer aborts the call with "unsupported message structure". Directly
+after the envelope it joins the envelope (protected like the request it follows; outgoing-only
+messages in between do not change that, so a request's ephemeral messages never move the cut); later
+it is a single-message exchange that FIFO may evict (it has no history id: a keyless unit). An
 outgoing-only assistant travels with its results, so the flags never split an exchange.
 
 ``CutKey``, ``Frontier``, ``CutState`` and the ``RawHistory`` protocol at the end say how
-stored history identifies an evicted unit across calls (§5.9).
+stored history identifies an evicted unit across calls (docs/selection.md, "The cut point").
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Normalized:
 
 
 def _exchange(messages: Sequence[Mapping[str, Any]], roles: Sequence[Any], index: int) -> Atom:
-    """The assistant at ``index`` with its contiguous results, validated (§1.5)."""
+    """The assistant at ``index`` with its contiguous results, validated."""
     calls = tool_call_ids(messages[index])
     expected = set(calls)
     if len(expected) != len(calls):
@@ -84,7 +86,8 @@ def _exchange(messages: Sequence[Mapping[str, Any]], roles: Sequence[Any], index
 
 def normalize(messages: Sequence[Mapping[str, Any]],
               known: tuple[Normalized, int] | None = None) -> Normalized:
-    """Validate every exchange and drop the interrupted ones (§5.4).
+    """Validate every exchange and drop the interrupted ones
+    (docs/selection.md, "Interrupted exchanges").
 
     ``known = (earlier, same)``: ``earlier`` is the normalization of a list whose first
     ``same`` messages are these ones (an earlier request of the conversation). An atom's
@@ -141,8 +144,8 @@ def _request_starts(
     messages: Sequence[Mapping[str, Any]], atoms: Sequence[Atom], outgoing: Sequence[bool],
     roles: Sequence[Any] | None = None,
 ) -> list[int]:
-    """Atom positions that start a request (§5.5 step 1). ``roles``: each message's
-    ``get("role")``, when the caller has them."""
+    """Atom positions that start a request (docs/selection.md, "Eviction units"). ``roles``: each
+    message's ``get("role")``, when the caller has them."""
     firsts = list(map(_FIRST, atoms))
     kinds = (list(map(roles.__getitem__, firsts)) if roles is not None
              else [messages[first].get("role") for first in firsts])
@@ -211,7 +214,7 @@ def group(
     messages: Sequence[Mapping[str, Any]], atoms: Sequence[Atom], outgoing: Sequence[bool],
     roles: Sequence[Any] | None = None,
 ) -> Groups:
-    """Split normalized atoms into prefix atoms, completed turns and the active turn (§5.5).
+    """Split normalized atoms into prefix atoms, completed turns and the active turn.
     ``roles``: each message's ``get("role")``, when the caller has them."""
     starts = _request_starts(messages, atoms, outgoing, roles)
     if not starts:
@@ -221,7 +224,7 @@ def group(
     return Groups(tuple(atoms[: starts[0]]), turns, active)
 
 
-# -- views: the evictable units in FIFO order (§5.5) ----------------------------------------
+# -- views: the evictable units in FIFO order ----------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,7 @@ class View:
     protected_tokens: float
 
     def indexes(self, count: int) -> tuple[int, ...]:
-        """The window after evicting the first ``count`` units, in sending order (§5.8)."""
+        """The window after evicting the first ``count`` units, in sending order."""
         out: list[int] = []
         for unit in self.units[count : self.active_start]:
             out.extend(unit.messages)
@@ -285,7 +288,7 @@ def make_view(
     return View(tuple(units), active_start, active, protected)
 
 
-# -- how stored history identifies an evicted unit (§5.9) ----------------------------------
+# -- how stored history identifies an evicted unit ---------------------------------------
 
 
 @dataclass(frozen=True)
@@ -298,7 +301,7 @@ class CutKey:
 
 @dataclass(frozen=True)
 class Frontier:
-    """The last evicted keyed unit: everything up to and including it stays out (§5.9)."""
+    """The last evicted keyed unit: everything up to and including it stays out."""
 
     kind: FrontierKind
     last_evicted: CutKey
@@ -358,7 +361,7 @@ class RawHistory(Protocol):
         """Cut key of ``messages[index]`` (user/assistant only); None if unknown or ambiguous."""
 
     def resolves(self, frontier: Frontier) -> bool:
-        """upstream ``rawCutFrontierResolves``: the frontier's ids exist, uniquely (§5.9)."""
+        """upstream ``rawCutFrontierResolves``: the frontier's ids exist, uniquely."""
 
     def is_last_item(self, index: int) -> bool:
         """``messages[index]`` (an assistant) is the newest stored item, results in order."""

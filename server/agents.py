@@ -1,7 +1,7 @@
 """What ``install-proxy`` and ``doctor`` do: point Claude Code, Codex or Pi at the proxy, and
 check it (their commands are in server/proxy_cli.py).
 
-What each agent gets (specs/model-apis.md §2, §4, §6):
+What each agent gets (docs/agents.md, "Setting each agent up"):
 
 - **Claude Code**: ``~/.claude/settings.json`` → ``env.ANTHROPIC_BASE_URL`` (the proxy's origin,
   no ``/v1``) and ``env.DISABLE_AUTO_COMPACT = "1"``; the MCP server in ``~/.claude.json``

@@ -2,13 +2,13 @@
 
 Precedence, highest first: command-line flags, environment variables
 (``CONTEXT_PAGING_<SECTION>_<KEY>``, e.g. ``CONTEXT_PAGING_PAGING_TOKEN_BUDGET``), the home's
-``config.toml``, then the defaults of DESIGN.md. An invalid value falls back to the next source
-with one warning on stderr, as upstream does. Every resolved value remembers where it came from,
-for ``context-paging config``.
+``config.toml``, then the defaults (docs/configuration.md). An invalid value falls back to the next
+source with one warning on stderr, as upstream does. Every resolved value remembers where it came
+from, for ``context-paging config``.
 
 ``[distill]`` holds every :class:`~paging.distill.config.DistillConfig` field with its default,
 and each source is checked by DistillConfig's own rule for that key, so the ranges live in one
-place (specs/distill.md §1).
+place.
 """
 
 from __future__ import annotations

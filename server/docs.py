@@ -1,22 +1,30 @@
-"""The README's tool reference, generated from the tools' own schemas.
+"""The generated reference pages: the tool reference and the settings reference.
 
-    python -m context_paging.server.docs          # print the reference (Markdown)
-    python -m context_paging.server.docs --write  # replace the marked block in README.md
+    python -m context_paging.server.docs          # print both references (Markdown)
+    python -m context_paging.server.docs --write  # replace the marked blocks in docs/
 
-A test regenerates it from the committed ``tools/list`` snapshot and compares it with README.md,
-so the documentation cannot drift from the contract.
+The tool reference (docs/tools.md) is made from the committed ``tools/list`` snapshot, the
+settings reference (docs/configuration.md) from ``server/config.py``'s ``SCHEMA``; a test
+regenerates both and compares them with the pages, so the documentation cannot drift from the
+code.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 BEGIN = "<!-- tool-reference:begin -->"
 END = "<!-- tool-reference:end -->"
+CONFIG_BEGIN = "<!-- config-reference:begin -->"
+CONFIG_END = "<!-- config-reference:end -->"
 ROOT = Path(__file__).resolve().parent.parent
+TOOLS_PAGE = ROOT / "docs" / "tools.md"
+CONFIG_PAGE = ROOT / "docs" / "configuration.md"
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -70,19 +78,61 @@ def snapshot_tools() -> list[dict[str, Any]]:
     return json.loads((ROOT / "tests" / "snapshots" / "tools.json").read_text(encoding="utf-8"))
 
 
-def readme_with(reference_text: str, readme: str) -> str:
-    head, _, rest = readme.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{reference_text}{END}{tail}"
+def _rule(check: Callable[[Any], Any]) -> str:
+    """The rule a setting's validator holds, in its own words (what it says of a bad value)."""
+    try:
+        check(object())
+    except (ValueError, TypeError) as exc:
+        text = str(exc).removeprefix("must be ")
+        return re.sub(r"\d+(?:\.\d+)?e\+\d+", lambda m: f"{float(m[0]):,.0f}", text)
+    return "any value"
+
+
+def _default(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        value = list(value)
+    return f"`{json.dumps(value)}`"
+
+
+def config_reference() -> str:
+    """One table per section of the settings, made from ``SCHEMA`` and ``MEANINGS``."""
+    from context_paging.server.config import SCHEMA
+    from context_paging.server.settings_help import MEANINGS
+
+    out = []
+    for section, keys in SCHEMA.items():
+        out += [f"### `[{section}]`", "", "| key | default | accepts | meaning |",
+                "|---|---|---|---|"]
+        for key, (default, check) in keys.items():
+            meaning = MEANINGS[section][key].replace("|", "\\|")
+            rule = _rule(check).replace("|", "\\|")
+            out.append(f"| `{key}` | {_default(default)} | {rule} | {meaning} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def block_of(page: str, begin: str, end: str) -> str:
+    """The text between a page's markers (what the generator owns)."""
+    return page.split(begin, 1)[1].split(end, 1)[0]
+
+
+def page_with(text: str, page: str, begin: str = BEGIN, end: str = END) -> str:
+    head, _, rest = page.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{text}{end}{tail}"
 
 
 def main() -> None:
-    text = reference(snapshot_tools())
-    if "--write" in sys.argv:
-        path = ROOT / "README.md"
-        path.write_text(readme_with(text, path.read_text(encoding="utf-8")), encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    blocks = ((TOOLS_PAGE, BEGIN, END, reference(snapshot_tools())),
+              (CONFIG_PAGE, CONFIG_BEGIN, CONFIG_END, config_reference()))
+    for path, begin, end, text in blocks:
+        if "--write" in sys.argv:
+            page = path.read_text(encoding="utf-8")
+            path.write_text(page_with(text, page, begin, end), encoding="utf-8")
+        else:
+            sys.stdout.write(text)
 
 
 if __name__ == "__main__":

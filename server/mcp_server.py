@@ -93,7 +93,7 @@ SessionArg = Annotated[
         max_length=4096,
     ),
 ]
-# Ids, references and paths: generous bounds (issue 15). Real tool call ids reach 446 characters
+# Ids, references and paths: generous bounds. Real tool call ids reach 446 characters
 # (Pi on openai-codex: ``call_…|<encoded item id>``); paths and MCP tool names can be long too.
 ID_MAX = 4096
 HistoryId = Annotated[str, Field(max_length=ID_MAX, description="A history_id from a reference.")]

@@ -49,7 +49,7 @@ from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("context_paging")
 
-# Hop-by-hop headers (RFC 9110 §7.6.1) and the ones the HTTP client recomputes.
+# Hop-by-hop headers (RFC 9110, section 7.6.1) and the ones the HTTP client recomputes.
 _HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
                   b"te", b"trailer", b"upgrade", b"proxy-connection", b"proxy-authorization"})
 _HOP_REPLY = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",

@@ -179,7 +179,7 @@ def child_environment(program: str, url: str, environ: dict[str, str],
         env["ANTHROPIC_BASE_URL"] = url
         env["OPENAI_BASE_URL"] = f"{url}/v1"
         if name == "claude":
-            env["DISABLE_AUTO_COMPACT"] = "1"  # the proxy pages instead (README)
+            env["DISABLE_AUTO_COMPACT"] = "1"  # the proxy pages instead
     return env, extra
 
 

@@ -1,4 +1,5 @@
-"""The ``sampling`` judge: the host's own model says which chunks to keep (DESIGN.md "judge").
+"""The ``sampling`` judge: the host's own model says which chunks to keep
+(docs/distillation.md, "The judges").
 
 With ``[distill] judge = "sampling"``, every segment a distillation pass would judge (one part of
 a large output, a batch of small outputs, a batch of old exchanges) becomes one prompt

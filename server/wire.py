@@ -1,4 +1,4 @@
-"""What the proxy may rewrite in a model-API request body, and how (specs/model-apis.md).
+"""What the proxy may rewrite in a model-API request body, and how (docs/proxy.md).
 
 Rule of thumb from the spec: replace only the conversation array (``messages`` / ``input``) and
 keep every other byte as received. So a body is not loaded and dumped again: :func:`read_body`

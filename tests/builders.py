@@ -4,10 +4,12 @@ Two shapes of conversation are built here:
 
 * **Pi messages**, as a host sends them to the selector (``user``, ``assistant``,
   ``tool_assistant`` …). ``FakeRaw`` plays the server's ledger for them and ``select`` is
-  upstream's ``selected()`` helper with chars/4 estimates (specs/paging.md §9).
+  upstream's ``selected()`` helper with chars/4 estimates (docs/selection.md,
+  "Upstream's test cases").
 * **History entries**, ``(history id, message)`` pairs, as the distillation pass reads them
   (``user_entry`` …). The distillation tests import them as ``user``, ``assistant`` and
-  ``result``, the names upstream's numbered cases use (specs/distill.md §10); their filler
+  ``result``, the names upstream's numbered cases use (docs/distillation.md, "Upstream's test
+  cases"); their filler
   follows upstream's: lines of 60 chars, grep lines ``file:n:match yyy…``.
 
 Builders used by one test file only stay in that file.

@@ -1,7 +1,8 @@
-"""Distillation's edits reach the window with the re-writes the prompt cache pays anyway (issue 16,
-index/landing.py, paging/cache_cost.py): on generated conversations, an old output is not
-re-written where the cut holds and the savings do not pay, pending edits land together at the
-next cut advance, and the window stays byte-stable in between — also across a restart."""
+"""Distillation's edits reach the window with the re-writes the prompt cache pays anyway
+(docs/distillation.md, "Under prompt caching"; index/landing.py, paging/cache_cost.py): on generated
+conversations, an old output is not re-written where the cut holds and the savings do not pay,
+pending edits land together at the next cut advance, and the window stays byte-stable in between —
+also across a restart."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Settings: every ``[distill]`` key from config.toml, the environment and ``--set``, with the
-precedence, origins and warnings of the other sections (DESIGN.md "Storage", specs/distill.md §1).
+precedence, origins and warnings of the other sections (docs/configuration.md).
 """
 
 from __future__ import annotations

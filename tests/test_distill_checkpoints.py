@@ -1,5 +1,5 @@
 """paging.distill: mid-run checkpoints, superseded outputs, break-even and the memo
-(specs/distill.md §7), upstream's cases 49–52.
+(docs/distillation.md, "Mid-run checkpoints and break-even"), upstream's cases 49–52.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.builders import lines, run_end
 from tests.builders import result_entry as result
 from tests.builders import user_entry as user
 
-# --- §7 checkpoints, superseded, break-even, memo -------------------------------------------
+# --- checkpoints, superseded, break-even, memo -------------------------------------------
 
 def _mid_run(calls, question="Fix the tests"):
     entries = [user("earlier question", "u0"), assistant("earlier answer", "a0"),

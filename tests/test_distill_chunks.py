@@ -1,5 +1,5 @@
-"""paging.distill: chunking an output (specs/distill.md §3) and rendering what is kept of it
-(§5), upstream's numbered cases 01–12 and 30–33.
+"""paging.distill: chunking an output and rendering what is kept of it (docs/distillation.md,
+"Chunking", "Replacement texts"), upstream's numbered cases 01–12 and 30–33.
 
 Fixtures follow upstream's: filler lines of 60 chars, grep lines ``file:n:match yyy…``.
 """
@@ -29,7 +29,7 @@ def assert_covers(text, chunks):
     assert "\n".join(c.text for c in chunks) == text
 
 
-# --- §3 chunking ---------------------------------------------------------------------------
+# --- chunking ------------------------------------------------------------------------------
 
 def test_01_grep_file_recognises_match_context_and_separator_lines():
     assert grep_file("src/a.ts:12:const a") == "src/a.ts"
@@ -136,7 +136,7 @@ def test_12_segments_respect_both_limits_and_isolate_oversized_chunks():
     assert segment_chunks([], 100, 10) == []
 
 
-# --- §5 render -----------------------------------------------------------------------------
+# --- render --------------------------------------------------------------------------------
 
 def test_30_format_chars_and_tool_labels():
     assert [format_chars(n) for n in (999, 1_500, 2_300_000, 1_250)] == [

@@ -1,5 +1,5 @@
 """paging.distill: segment prompts, verdicts and the decisions of a run-end pass
-(specs/distill.md §2, §4), upstream's numbered cases 13–29.
+(docs/distillation.md, "The judges", "Decisions"), upstream's numbered cases 13–29.
 
 Not here, because they are the server's: 27, 28 and 46's concurrency (the sampling judge's time
 budget and request pool).
@@ -28,7 +28,7 @@ from context_paging.paging.distill.items import cited_files
 
 from tests.builders import CONFIG, FIRST_CHUNK, Fixed, judge_context, lines, run_end
 
-# --- §2/§4 prompts, verdicts, decisions ----------------------------------------------------
+# --- prompts, verdicts, decisions ----------------------------------------------------------
 
 
 def test_13_to_16_segment_prompts_carry_the_work_the_tool_and_numbered_chunks():

@@ -1,4 +1,4 @@
-"""Distillation through ``select_context`` end to end, over MCP (DESIGN.md "Distillation in an
+"""Distillation through ``select_context`` end to end, over MCP (docs/distillation.md, "In an
 MCP server"): a large grep output is distilled when its run ends, the same bytes come back on
 every later call and after a restart, ``recall`` returns the original, stats count it."""
 

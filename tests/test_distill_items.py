@@ -1,5 +1,6 @@
 """paging.distill: the items a pass judges besides large outputs — small outputs, old
-exchanges, images — and their stubs (specs/distill.md §6), upstream's cases 39–47, 54 and 55.
+exchanges, images — and their stubs (docs/distillation.md, "What can be distilled"), upstream's
+cases 39–47, 54 and 55.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def messages(entries):
     return [m for _, m in entries]
 
 
-# --- §6 items ------------------------------------------------------------------------------
+# --- items ---------------------------------------------------------------------------------
 
 def _span():
     return [assistant("", "a", [("a", "bash", {"command": "ls"}), ("b", "read", {"path": "x"})]),

@@ -1,4 +1,4 @@
-"""paging.distill: settings (specs/distill.md §1, case 58), the whole pass and ``apply`` (case
+"""paging.distill: settings (docs/configuration.md, case 58), the whole pass and ``apply`` (case
 59 and this port's guarantees), sampling replies and the pass's stats.
 
 Upstream's cases that are the server's are tested with the server, not in tests/test_distill_*:

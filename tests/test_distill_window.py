@@ -1,5 +1,5 @@
-"""Old exchanges and old images leave the window through ``select_context`` (DESIGN.md
-"Distillation in an MCP server"; specs/distill.md §6): in every host format the window stays
+"""Old exchanges and old images leave the window through ``select_context`` (docs/distillation.md,
+"What can be distilled"): in every host format the window stays
 valid for the provider, the replacement bytes are the same on every later call, and ``recall``
 returns the originals."""
 
@@ -142,8 +142,8 @@ async def test_an_unrelated_old_exchange_leaves_the_window_as_one_stub(home, fmt
         # The prompt became the stub; the call, its result and the answer are gone together.
         assert "call_docker" not in window and "payments-builder" not in window
         assert "60 layers" not in window
-        # The stub is the first text block of the next request (issue 16: no two user
-        # messages in a row), so the window is 4 messages shorter.
+        # The stub is the first text block of the next request (docs/distillation.md, "Two user
+        # messages in a row"), so the window is 4 messages shorter.
         stubs = [m for m in first["messages"] if report["recall"] in _text(m)]
         assert len(stubs) == 1 and stubs[0]["role"] == "user"
         assert "Build the payments Docker image" in _text(stubs[0]["content"][0])
@@ -252,9 +252,9 @@ def test_the_model_names_the_provider_whose_checkpoint_batch_size_applies(tmp_pa
 
 
 def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path):
-    """specs/distill.md §7 through select_context: a 70 KB build log from the run's first turn is
-    judged once it is 4 turns old and the batch (60k chars) pays off against re-reading the
-    context after it; the run has not ended, so there is no final answer yet."""
+    """A mid-run checkpoint (docs/distillation.md) through select_context: a 70 KB build log from
+    the run's first turn is judged once it is 4 turns old and the batch (60k chars) pays off against
+    re-reading the context after it; the run has not ended, so there is no final answer yet."""
     from context_paging.index.ledger import Ledger
     from context_paging.index.window import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig

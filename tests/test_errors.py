@@ -1,5 +1,5 @@
-"""One translation of anticipated failures (issue 12 item 2): every package's error carries its
-code, and the MCP tools, the CLI and the proxy read it through ``server.errors.failure``."""
+"""One translation of anticipated failures (docs/tools.md, "Errors"): every package's error carries
+its code, and the MCP tools, the CLI and the proxy read it through ``server.errors.failure``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Hardening (issue 11): each numbered defect of the adversarial run, as a behaviour sentence.
+"""Hardening (docs/reliability.md, "Hostile input"): each numbered defect of the adversarial run, as
+a behaviour sentence.
 
 Every test here failed before its fix. The tools are driven through the SDK's in-memory
-``Client`` except where the transport itself is the subject (item 5), which runs the installed
+``Client`` except where the transport itself is the subject (raw JSON-RPC), which runs the installed
 console script over stdio with raw JSON-RPC lines.
 """
 

@@ -1,6 +1,6 @@
 """Spare-time work after a select_context reply (server/idle.py, ``ContextService.idle``).
 
-Counting ahead left the call (issue 12: spread remaining work over later calls): the server
+Counting ahead left the call (docs/architecture.md, "Performance rules"): the server
 runs it on its own thread once the reply is written, under the History lock, and hands the
 lock back as soon as a tool call waits. Replies are the same with or without it
 (tests/test_window_cost.py and tests/test_select_cost.py run it between calls).

@@ -1,4 +1,4 @@
-"""The ledger's history items are projected incrementally (issue 12 follow-up, the hot path):
+"""The ledger's history items are projected incrementally (the hot path):
 a conversation that grows, branches, ends mid-exchange or switches format must give exactly
 the items a fresh projection of the whole stored path gives."""
 

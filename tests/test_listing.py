@@ -1,4 +1,4 @@
-"""Issue 15: listing reads only what changed, and index --all reads files in worker processes."""
+"""Listing reads only what changed, and index --all reads files in worker processes."""
 
 from __future__ import annotations
 

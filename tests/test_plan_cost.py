@@ -3,7 +3,7 @@
 The window's distiller remembers, between calls, what a pass reads of each stored view (text,
 images, tool calls, size; by its ledger key) and each large output's chunks (by its text); a
 pass walks the run once for both sizes of output, and completes the facts of outputs beyond
-reach instead of collecting them again (issue 12 item 3). ``full_computation``
+reach instead of collecting them again. ``full_computation``
 (tests/test_select_cost.py) switches all of that off. Here one service plans a conversation as
 it grows, call after call, with its memory warm, and every plan must equal the one planned from
 scratch on the full computation.

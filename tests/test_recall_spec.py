@@ -1,5 +1,6 @@
-"""``recall``: upstream's numbered cases 34, 37 and 38 (specs/distill.md §10) and the paging rules
-of §8, against :mod:`index.recall` and, for exchanges, through the in-memory MCP client.
+"""``recall``: upstream's numbered cases 34, 37 and 38 and the paging rules
+of docs/distillation.md, "Recall", against :mod:`index.recall` and, for exchanges, through the
+in-memory MCP client.
 
 The wording of messages is this project's; the tests assert what they tell the model. Patterns
 run on the ``regex`` module (Python syntax), not JavaScript.
@@ -74,7 +75,7 @@ def test_37_only_the_first_4000_characters_of_a_line_are_searched():
     assert recall_text(ending_at_4000, pattern="NEEDLE") == Recalled(f"1: {ending_at_4000}")
 
 
-# --- §8: paging -----------------------------------------------------------------------------------
+# --- paging ---------------------------------------------------------------------------------------
 
 
 def test_8_everything_shown_at_once_has_no_note():

@@ -1,4 +1,5 @@
-"""Reliability (issue 6): fuzzed arguments, path safety, privacy, concurrency and faults.
+"""Reliability (docs/reliability.md): fuzzed arguments, path safety, privacy, concurrency and
+faults.
 
 Every tool is driven through the SDK's in-memory ``Client``. Hypothesis tests are synchronous,
 so the fuzzing tests reach the async client through one anyio blocking portal per module; every
@@ -699,7 +700,7 @@ async def test_a_truncated_ledger_line_is_cut_and_no_earlier_message_is_lost(tmp
     assert stored_messages(home, "cut") == sent
 
 
-# --- 6. fuzzed message parts of the current provider APIs (issue 11) -------------------------
+# --- 6. fuzzed message parts of the current provider APIs ----------------------------------
 
 
 class PartFuzz:

@@ -227,7 +227,7 @@ def _edited(message: dict) -> None:
                                 st.booleans(), st.booleans()), min_size=3, max_size=7))
 def test_two_servers_on_one_home_with_edits_in_place_answer_as_the_full_computation(
         tmp_path_factory, fmt, budget, shape, steps):
-    """Two servers share one home (DESIGN.md's reliability rules) and take turns on one
+    """Two servers share one home (docs/reliability.md, "The rules") and take turns on one
     session, each call the whole conversation or ``after_id`` (the last head, or an older id:
     a new branch), sometimes with an ephemeral message; between calls the library host edits
     one of its message dicts in place. The pair of fast servers answers and saves as a pair of

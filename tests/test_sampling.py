@@ -3,7 +3,7 @@
 Both protocol eras: the default ``Client`` (2026-07-28, resolver slots answered through
 ``input_required``) and ``mode="legacy"`` (the server sends ``sampling/createMessage`` itself).
 The script answers like a model would, from the prompt's text alone: it keeps the chunk that
-holds the line the agent's answer quotes. Ports specs/distill.md §10 cases 27 (the time
+holds the line the agent's answer quotes. Ports upstream's cases 27 (the time
 budget), 46 (batches, a failed batch keeps its items, the concurrency limit) and the part of 28
 that applies here (never more than ``concurrency`` requests in flight; a parent abort is the
 client cancelling the call, which the SDK handles)."""
@@ -227,7 +227,7 @@ def item_answer(prompt: str) -> str:
 
 
 async def test_small_outputs_are_batched_and_a_failed_batch_keeps_only_its_items(home):
-    """specs/distill.md §10 case 46: 5 items, 2 per batch, concurrency 2, one batch fails."""
+    """Upstream's case 46: 5 items, 2 per batch, concurrency 2, one batch fails."""
     configure(home, concurrency=2, max_chunks_per_segment=2)
     model = Model(answer=item_answer, delay=0.05)
     server = create_server(load_settings(home=home))

@@ -1,7 +1,7 @@
-"""Issue 15: search finds what people type — parts of compound words, every scope, real lengths.
+"""Search finds what people type — parts of compound words, every scope, real lengths.
 
-The sessions are generated here (Pi format, specs/session-formats.md §1), one tool output per
-row of the issue's table, so the tests need no recorded fixture.
+The sessions are generated here (Pi format), one tool output per
+row of the table below, so the tests need no recorded fixture.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from context_paging.server.config import load_settings
 from context_paging.server.mcp_server import create_server
 from mcp import Client
 
-# (query, text in one tool output): the table of issue 15.
+# (query, text in one tool output): what people type, and what it must find.
 TABLE = [
     ("DeadlockDetected", "psycopg2.errors.DeadlockDetected: deadlock detected on relation 42"),
     ("readFileUtf8", "at binding.readFileUtf8 (node:internal/fs/utils:10:3)"),

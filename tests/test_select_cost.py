@@ -1,6 +1,6 @@
 """The selector's and distillation's shortcuts answer byte for byte as the full computation.
 
-Issue 12 item 3: ``select_context`` reuses the normalization the server validated the request
+``select_context`` reuses the normalization the server validated the request
 with, finds the remembered frontier without asking the history about every message, and the
 local judge rules chunks out with substring tests before running its patterns. Each shortcut
 is switched off by :func:`full_computation` (the code as it was: the selector normalizes on its

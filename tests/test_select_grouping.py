@@ -1,5 +1,6 @@
-"""Which messages the selector keeps together, protects or drops: specs/paging.md §9 cases
-17–40 (grouping, protection and atomicity; interrupted exchanges).
+"""Which messages the selector keeps together, protects or drops: upstream's cases 17–40
+(grouping, protection and atomicity; interrupted exchanges; docs/selection.md, "Upstream's test
+cases").
 
 Figures are upstream's: chars/4 estimates, R = 23 for the resident prompt and one ``read`` tool,
 a plain notice of ~69-70 tokens. ``FakeRaw`` (tests/builders.py) plays the server's ledger.
@@ -25,7 +26,7 @@ from tests.builders import (
     window,
 )
 
-# -- §9 grouping, protection, atomicity --------------------------------------------------------
+# -- grouping, protection, atomicity -----------------------------------------------------------
 
 
 def test_case_17_an_outgoing_only_instruction_stays_with_its_persistent_request():
@@ -127,7 +128,7 @@ def test_case_28_the_notice_names_a_stable_raw_history_id():
     raw = FakeRaw(messages, [("history-user-17", evicted)])
     selection = select(messages, raw=raw)
     assert 'history_id: "history-user-17".' in selection.notice
-    # The old answer has no stored key: no frontier can be committed (§5.9).
+    # The old answer has no stored key: no frontier can be committed.
     assert (selection.cut_state, selection.fallback_reason) == (None, "cut-key-unresolved")
 
 
@@ -150,7 +151,7 @@ def test_case_35_paging_never_mutates_messages_or_raw_history():
     assert (messages, raw.items) == before
 
 
-# -- §9 interrupted exchanges ------------------------------------------------------------------
+# -- interrupted exchanges ---------------------------------------------------------------------
 
 
 def _failed(stop, count):

@@ -1,4 +1,5 @@
-"""The selector's limits, validation and accounting: specs/paging.md §9 cases 01–16.
+"""The selector's limits, validation and accounting: upstream's cases 01–16
+(docs/selection.md, "Upstream's test cases").
 
 Ported from upstream's numbered rules with upstream's figures: estimates come from
 ``paging.estimate.chars4_tokens`` (Pi's chars/4), so R = 23 for the resident prompt and one
@@ -18,7 +19,7 @@ from tests.builders import FakeRaw, assistant, raises, repeat, select, user
 MAX_SAFE = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER, upstream's largest valid count
 
 
-# -- §9 limits and validation ------------------------------------------------------------------
+# -- limits and validation ---------------------------------------------------------------------
 
 
 def test_case_01_effective_targets_scale_with_the_window_without_rounding_products():
@@ -87,7 +88,7 @@ def test_case_09_a_minimum_target_cannot_bypass_a_fractional_model_limit():
     assert "0.75" in error.message and "0.5" in error.message
 
 
-# -- §9 accounting -----------------------------------------------------------------------------
+# -- accounting --------------------------------------------------------------------------------
 
 
 def test_case_10_measured_usage_within_budget_beats_a_larger_heuristic():

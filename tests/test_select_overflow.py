@@ -1,5 +1,6 @@
-"""The protected exchange, overflow and recovery modes (specs/paging.md §5.10, §5.11), and the
-weaknesses of upstream this port fixes (W1, W2, W4, W13).
+"""The protected exchange, overflow and recovery modes (docs/selection.md, "Protected content",
+"Overflow and recovery"), and the weaknesses of upstream this port fixes (W1, W2, W4, W13:
+"Differences from upstream").
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.builders import (
     window,
 )
 
-# -- protected exchange, overflow and recovery (§5.10, §5.11) -----------------------------------
+# -- protected exchange, overflow and recovery --------------------------------------------------
 
 
 def _with_usage(messages, extra=100, tools=()):

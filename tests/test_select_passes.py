@@ -1,4 +1,4 @@
-"""The selector's passes over the whole conversation, rewritten to run in C (issue 12 item 3),
+"""The selector's passes over the whole conversation, rewritten to run in C,
 give what the Python loops they replace gave."""
 
 from __future__ import annotations

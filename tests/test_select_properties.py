@@ -1,5 +1,5 @@
 """Selection invariants over growing conversations (hypothesis), and upstream's benchmark
-workload paged in one pass (specs/paging.md §10).
+workload paged in one pass (docs/selection.md, "The benchmark workload").
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def test_growing_conversations_keep_every_selection_invariant(spec):
 
 
 def test_the_upstream_benchmark_workload_pages_in_one_pass():
-    # 300 turns, 15 MiB of read output, budget = window = 128,000, default target (§10).
+    # 300 turns, 15 MiB of read output, budget = window = 128,000, default target.
     messages, size = [], 15 * 1024 * 1024 // 300
     for n in range(300):
         text = (f"src/benchmark/turn-{n:03}.ts event=read status=ok " * 1_000)[: size]

@@ -1,4 +1,4 @@
-"""``serve`` as a person and as a chat client meet it (issue 10, items 3, 5 and 6).
+"""``serve`` as a person and as a chat client meet it.
 
 On a terminal the installed script says what it is on stderr, Ctrl-C stops it with status 130,
 and EOF and SIGTERM still end it. ``--tools recovery`` (or ``[server] tools``) lists only the

@@ -1,5 +1,5 @@
 """Claude Code source: the recorded sessions (marked ``recorded``), plus small hand-made files for
-shapes no recording has (specs/session-formats.md §2); tests/test_samples.py covers the
+shapes no recording has (docs/sessions.md, "Claude Code"); tests/test_samples.py covers the
 project's own samples."""
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def test_parallel_tools_on_sibling_shapes_pair_with_their_results():
 def test_all_sixty_tool_results_survive_where_a_bare_leaf_walk_keeps_forty():
     conversation = load(MICRO)
     assert sum(m.role == "tool_result" for m in conversation.messages) == 60
-    # §2.7 step 5: the bare walk sees 201 of 226 nodes; the active set keeps all 226.
+    # The active set: the bare walk sees 201 of 226 nodes; the active set keeps all 226.
     stats = conversation.stats
     assert (stats["path_nodes"], stats["active_nodes"], stats["nodes"]) == (201, 226, 226)
 
@@ -271,7 +271,7 @@ def test_microcompaction_is_a_stat_and_the_full_compaction_counts_once():
 
 @recorded
 def test_rewind_fork_follows_the_later_branch_across_the_preserved_segment():
-    # Spec §2.7: path u1 a1 b2u b2a b2u2 | cb cs b2a2 p1u p1a; cb and cs are not messages.
+    # The active path: u1 a1 b2u b2a b2u2 | cb cs b2a2 p1u p1a; cb and cs are not messages.
     conversation = load(REWIND)
     assert [m.id for m in conversation.messages] == [
         "u1", "a1", "b2u", "b2a", "b2u2", "b2a2", "p1u", "p1a"
@@ -432,7 +432,7 @@ def test_assistant_block_kinds_and_stop_reasons():
     first, second = build_values(values).messages[1], build_values(values).messages[3]
     assert first.content == (
         HiddenBlock("redacted_thinking"),
-        # a server tool's call and result are one complete exchange, kept as text (issue 11)
+        # a server tool's call and result are one complete exchange, kept as text
         TextBlock('{"type":"server_tool_use","id":"srv1","name":"web_search","input":{"q":"x"}}'),
         TextBlock('{"type":"web_search_tool_result","tool_use_id":"srv1","content":[]}'),
         HiddenBlock("unknown"),

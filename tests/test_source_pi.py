@@ -1,4 +1,4 @@
-"""Pi session files (specs/session-formats.md §1) read into the normalized model: the recorded
+"""Pi session files (docs/sessions.md, "Pi") read into the normalized model: the recorded
 sessions (marked ``recorded``) and small hand-made records; tests/test_samples.py covers the
 project's own samples."""
 

@@ -1,5 +1,5 @@
 """The persistent search index: tokenizer, BM25 order, filters, incremental sync, two processes,
-crashes mid-commit and damaged files (specs/paging.md §3, §9 items 79–81)."""
+crashes mid-commit and damaged files (docs/search.md; upstream's cases 79–81)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def index(tmp_path):
         yield ix
 
 
-# --- the tokenizer (specs/paging.md §3.1) -----------------------------------------------------
+# --- the tokenizer (docs/search.md) ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_query_terms_are_deduplicated_in_first_seen_order():
     assert query_terms("Needle hay NEEDLE needle: hay") == ["needle", "hay"]
 
 
-# --- items from real messages: §9 items 79–81 --------------------------------------------------
+# --- items from real messages: upstream's cases 79–81 ---------------------------------------
 
 
 def items_79_to_81():
@@ -189,9 +189,9 @@ def test_scores_follow_upstream_bm25(index):
 
 
 def bm25_ranking(docs: list[IndexDoc], query: str, limit: int, sessions=None):
-    """specs/paging.md §3.3 written out independently, with the statistics over all ``docs``
-    (every indexed item, see index.analysis.Bm25) and hits from ``sessions`` only; a search of
-    one session takes that session's statistics (index.store.SESSION_STATISTICS)."""
+    """BM25 (docs/search.md, "Ranking") written out independently, with the statistics over all
+    ``docs`` (every indexed item, see index.analysis.Bm25) and hits from ``sessions`` only; a search
+    of one session takes that session's statistics (index.store.SESSION_STATISTICS)."""
     if sessions is not None and len(sessions) == 1:
         docs = [d for d in docs if d.session in sessions]
     counted = [(d, Counter(tokens(d.text))) for d in docs]

@@ -3,7 +3,7 @@
 CPython's non-strict ``os.path.realpath`` (3.11) ``lstat``s each name and, when it is a link,
 ``readlink``s it; a link replaced by a regular file in between makes that ``readlink`` raise
 EINVAL (ENOENT when it is removed), which ``realpath`` does not catch. The symlink-swap race of
-test_hardening (item 2) hit this once under load inside the error handler of
+test_hardening (the symlink swap) hit this once under load inside the error handler of
 ``index.service._unreadable_session``: the handler resolves the failing file to decide whether
 it lies in the home, its own ``realpath`` raised, and the new ``OSError`` reached the server as
 ``STORAGE_ERROR`` blaming the home. Here the interleaving is made certain: every ``readlink`` of

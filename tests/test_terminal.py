@@ -1,5 +1,5 @@
 """The CLI follows its own results: show, output, recall and browse, --json, --version, and
-errors worded for the terminal (issue 10, item 4).
+errors worded for the terminal.
 
 Most tests call ``main`` in-process; the ones about the installed ``context-paging`` script
 start it as a person would, several processes at once where they do not depend on each other.

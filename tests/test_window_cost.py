@@ -1,4 +1,4 @@
-"""select_context's cost in proportion to the window (issue 12 items 3–4).
+"""select_context's cost in proportion to the window (docs/architecture.md, "Performance rules").
 
 The window-proportional path (exact counting only back to where the window can reach, fingerprints
 reused for an unchanged prefix, the ``after_id`` form) must answer exactly as the full
@@ -421,7 +421,7 @@ def test_a_window_that_reaches_unjudged_outputs_gets_the_full_pass(tmp_path):
     assert len(removed) == 56 and removed == full.ledger.session("s").decisions
 
 
-# --- issue 12 items 1–2: one request value, the window as named steps, the state as a value
+# --- one request value, the window as named steps, the state as a value
 
 
 def test_a_request_is_read_into_one_frozen_value():

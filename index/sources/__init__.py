@@ -16,7 +16,7 @@ SOURCES = ("pi", "claude", "codex")
 
 
 def detect(records: Sequence[Record], path: str = "") -> str | None:
-    """Which agent wrote these records (specs/session-formats.md §5.4 step 2), or None."""
+    """Which agent wrote these records, or None (docs/sessions.md, "Which agent wrote a file")."""
     head = [r.value for r in records[:5]]
     if any(v.get("type") == "session" for v in head):
         return "pi"

@@ -1,9 +1,9 @@
 """Claude Code transcripts (``~/.claude/projects/<cwd>/<session>.jsonl``) → Conversation.
 
-Format (specs/session-formats.md §2): every line with a ``uuid`` is a node of a DAG keyed by
+Format (docs/sessions.md, "Claude Code"): every line with a ``uuid`` is a node of a DAG keyed by
 ``parentUuid``; one API response is spread over several ``assistant`` lines (a block each) that
 share ``message.id``; tool results are ``user`` lines; titles, snapshots and queue operations
-have no uuid. The active conversation follows §2.7's recommended algorithm:
+have no uuid. The active conversation follows this algorithm:
 
 1. Nodes: uuid lines, deduped (the first wins). A main file's sidechain lines belong to
    subagents and are not nodes; in a subagent file (``agent-*.jsonl``, or a first entry with
@@ -21,9 +21,9 @@ have no uuid. The active conversation follows §2.7's recommended algorithm:
    in FILE order, so results hanging off sibling fragments survive (all 60 of
    ``cc-2.1.14-microcompact…``; the bare walk keeps 40).
 
-Messages (§2.5, §2.6): consecutive fragments with one ``message.id`` merge into one assistant
+Messages: consecutive fragments with one ``message.id`` merge into one assistant
 message (id = the first fragment's uuid); results interleaved with them follow it in file
-order. Usage is deduped per ``message.id`` over the whole file (§2.10) and put on the first
+order. Usage is deduped per ``message.id`` over the whole file and put on the first
 merged message of that id; ``<synthetic>`` responses carry none.
 
 Decisions where the spec is silent:
@@ -75,7 +75,7 @@ _NODE_TYPES = frozenset({"user", "assistant", "system", "progress", "attachment"
 _META_TYPES = frozenset({"summary", "custom-title", "ai-title", "agent-name", "last-prompt",
                          "permission-mode", "mode", "file-history-snapshot", "queue-operation",
                          "pr-link", "tag"})
-# Prefixes of user text (after leading whitespace), checked in order (§2.5).
+# Prefixes of user text (after leading whitespace), checked in order.
 _TEXT_KINDS = (
     ("<command-name>", "slash_command"), ("<command-message>", "slash_command"),
     ("<local-command-stdout>", "local_command_output"),
@@ -213,7 +213,7 @@ def _response_key(value: dict[str, Any]) -> str:
 
 def _tally_usage(tallies: dict[str, list[Any]], value: dict[str, Any]) -> None:
     # Input and cache are equal on every fragment; output grows and is final only on the
-    # fragment with a stop reason, else take the largest (§2.10). Synthetic ones were not billed.
+    # fragment with a stop reason, else take the largest. Synthetic ones were not billed.
     message = value["message"]
     usage = message.get("usage")
     if message.get("model") == "<synthetic>" or not isinstance(usage, dict):
@@ -227,7 +227,7 @@ def _tally_usage(tallies: dict[str, list[Any]], value: dict[str, Any]) -> None:
         tally[3] = out
 
 
-# --- the active path and the active set (§2.7) --------------------------------------------------
+# --- the active path and the active set --------------------------------------------------
 
 
 def _children(scan: _Scan) -> tuple[dict[str, list[str]], list[str]]:
@@ -297,7 +297,7 @@ def _across_compaction(scan: _Scan, node: str, seen: set[str], stats, warn) -> s
         return None
     if target not in seen:
         return target
-    # The summary anchor adopted the preserved segment: resume before it (§2.7 step 4).
+    # The summary anchor adopted the preserved segment: resume before it.
     meta = _dict(value.get("compactMetadata"))
     kept = _dict(meta.get("preservedMessages")).get("uuids")
     segment = _dict(meta.get("preservedSegment"))
@@ -352,7 +352,7 @@ def _kept_children(scan: _Scan, kids: list[str], chosen: str | None, stats) -> s
     return {k for k in kids if k == keep or k not in typed}
 
 
-# --- user lines (§2.5) --------------------------------------------------------------------------
+# --- user lines --------------------------------------------------------------------------
 
 
 def _split(value: dict[str, Any]) -> tuple[list[dict], list[Any]] | None:

@@ -1,20 +1,20 @@
-"""OpenAI Codex CLI rollout files (specs/session-formats.md §3) read into a Conversation.
+"""OpenAI Codex CLI rollout files read into a Conversation (docs/sessions.md, "Codex").
 
-Newer files wrap every line as ``{timestamp, type, payload}`` (§3.2); legacy ones (§3.1) have a
-bare ``{id, timestamp, instructions, git}`` header, bare ResponseItems and ``record_type`` lines.
-:func:`_lines` recognises each line by its shape. A rollout is linear and its items carry no ids
-(§3.12), so a message id is ``L<line>`` of its first line (``L<line>.k`` for the k-th object
-glued on one line), which appending lines never changes.
+Newer files wrap every line as ``{timestamp, type, payload}``; legacy ones have a bare ``{id,
+timestamp, instructions, git}`` header, bare ResponseItems and ``record_type`` lines. :func:`_lines`
+recognises each line by its shape. A rollout is linear and its items carry no ids (nor does the
+envelope), so a message id is ``L<line>`` of its first line (``L<line>.k`` for the k-th object glued
+on one line), which appending lines never changes.
 
 Decisions where the spec leaves a choice:
 
-* Prompts (§3.7): the ``user_message`` event texts, counted in a pre-pass, so the user
+* Prompts: the ``user_message`` event texts, counted in a pre-pass, so the user
   ``response_item`` with the same text is the prompt (its images, its line) whichever comes
   first; an event without such an item is the prompt itself. With no ``user_message`` event at
   all (legacy), user items are classified by the injected-context marker prefixes. Other user
   items and developer/system messages are context (counted). ``<user_shell_command>`` items are
   user messages of origin ``bash``; a prompt while the running task has one is ``steering``.
-* Assistant messages (§3.7.3): consecutive model-output items form one message; tool outputs,
+* Assistant messages: consecutive model-output items form one message; tool outputs,
   other messages, ``turn_context``, ``token_count``, task events and ``compacted`` end it. Echo
   events (``agent_message``, ``agent_reasoning``) are dropped when an item with the same text is
   in the file, else used (interrupted requests often left only the echo). 0.40 writes an echo
@@ -27,17 +27,17 @@ Decisions where the spec leaves a choice:
   ``{"output", "metadata": {"exit_code"}}`` yields the inner text; a non-zero exit code (also
   newer exec output's "Process exited with code N" header) sets ``is_error``, as a failed shell
   command does in the other formats. ``web_search_call`` and ``image_generation_call`` have no
-  output item (§3.8): each gets a synthesized result (the image, or a text saying that Codex
+  output item: each gets a synthesized result (the image, or a text saying that Codex
   recorded no output), so the exchange does not look unfinished.
 * ``turn_aborted`` precedes the aborted request's items in 0.40 and follows them in 2026 builds,
   so it applies when the turn ends (next prompt, rollback, end of file): the turn's last
   assistant message, and any of its messages with an unanswered call, become "aborted".
-* Usage (§3.10): one per ``token_count`` whose cumulative total changed, from
+* Usage: one per ``token_count`` whose cumulative total changed, from
   ``last_token_usage`` (else the difference of totals), given to the newest assistant message of
   the current turn if it has none yet, else to the next one. ``Conversation.usage`` is the exact
   sum, rolled-back requests included.
-* ``thread_rolled_back {num_turns}`` drops the last N prompts and what follows each (§3.12).
-  ``compacted`` counts in ``compactions``; earlier lines stay on the path (§3.11). Unknown
+* ``thread_rolled_back {num_turns}`` drops the last N prompts and what follows each.
+  ``compacted`` counts in ``compactions``; earlier lines stay on the path. Unknown
   line, item and event types are counted in stats, not warned about.
 """
 
@@ -93,7 +93,7 @@ _META_LINES = frozenset({
     "state", "inter_agent_communication", "inter_agent_communication_metadata", "world_state",
     "token_usage_record", "retained_context", "security_risk_score", "realtime_item",
 })
-_LIFECYCLE = frozenset({  # §3.6 and older builds' persisted events
+_LIFECYCLE = frozenset({  # persisted events, older builds' included
     "context_compacted", "entered_review_mode", "exited_review_mode", "patch_apply_end",
     "mcp_tool_call_end", "web_search_end", "image_generation_end", "sub_agent_activity",
     "item_completed", "thread_goal_updated", "thread_settings_applied", "exec_command_end",
@@ -475,7 +475,7 @@ def _on_usage(st: _State, cur: _Cursor, ln: _Line) -> _Cursor:
     if not isinstance(last, dict):
         before = cur.totals or {}
         last = {k: v - _int(before.get(k)) for k, v in (totals or {}).items() if isinstance(v, int)}
-    # OpenAI fields overlap: input includes cached input, output includes reasoning (§3.10).
+    # OpenAI fields overlap: input includes cached input, output includes reasoning.
     cached = _int(last.get("cached_input_tokens"))
     usage = Usage(input=max(_int(last.get("input_tokens")) - cached, 0), cache_read=cached,
                   output=_int(last.get("output_tokens")),

@@ -1,23 +1,23 @@
 """Pi (badlogic/pi-mono coding agent) session files → :class:`Conversation`.
 
-The format (specs/session-formats.md §1): a ``type:"session"`` header, then one *entry* per
+The format (docs/sessions.md, "Pi"): a ``type:"session"`` header, then one *entry* per
 line. Versions 2 and 3 link entries into a tree by ``id``/``parentId``; version 1 (legacy) is a
-plain list without ids. Reading works like pi's own loader, in memory (§1.2):
+plain list without ids. Reading works like pi's own loader, in memory:
 
-* **Header.** Looked for among the first 5 objects (forks put a title line before it, §1.2).
+* **Header.** Looked for among the first 5 objects (forks put a title line before it).
   A file without one still loads, with a ``missing_header`` warning: the session id then comes
   from the file name and the version from the entries (ids present → v3, else v1).
 * **v1 → v2.** Each entry gets the synthetic id ``L<line>`` (a second object glued on the same
   line ``L<line>.1``, …) and the previous entry as its parent, so ids never change as the file
   grows. ``firstKeptEntryIndex`` (an index into the file's objects, header = 0) becomes
   :attr:`Entry.first_kept_id`. **v2 → v3.** Role ``hookMessage`` is read as ``custom``.
-* **Active branch** (§1.7). The leaf is the last entry in file order. A ``leaf`` entry moves it
+* **Active branch**. The leaf is the last entry in file order. A ``leaf`` entry moves it
   to its ``targetId`` (``null`` = empty conversation) only while nothing was written after it,
-  because every later append moves the leaf forward again (§1.5, "Important"). The path runs
+  because every later append moves the leaf forward again. The path runs
   from the leaf to a root through ``parentId``; an entry whose parent is missing is a root
   (``orphan`` warning); a cycle stops the walk (``cycle`` warning). A repeated id: the later
   entry wins, as in pi's id map (``duplicate_id`` warning).
-* **Messages** (brief; §1.6). ``user`` → user; ``assistant`` → assistant (thinking →
+* **Messages** (brief). ``user`` → user; ``assistant`` → assistant (thinking →
   ``HiddenBlock("thinking")``, or ``"redacted_thinking"`` when ``redacted:true``; any other
   non text/toolCall block → ``HiddenBlock("unknown")``; ``textSignature``/``thoughtSignature``
   are dropped); ``toolResult`` → tool_result; ``bashExecution`` (user-run ``!cmd``) → user with
@@ -36,9 +36,9 @@ plain list without ids. Reading works like pi's own loader, in memory (§1.2):
   ``active_tools_change`` and unknown types — is counted in ``stats`` over the whole file.
   ``compactions`` counts every compaction entry in the file, on any branch.
 * **History view.** The whole active path is returned, including entries before a compaction's
-  kept point (§1.7, "For a history viewer"); pi's replay rewrites (summaries, dropped aborted
+  kept point (a history viewer shows everything); pi's replay rewrites (summaries, dropped aborted
   turns, synthetic "No result provided" results) are not applied.
-* **Usage** (§1.9): every assistant message in the file, on every branch, plus the newer
+* **Usage**: every assistant message in the file, on every branch, plus the newer
   ``usage`` on ``toolResult``, ``compaction`` and ``branch_summary`` entries, once per entry
   id. Assistant copies inside a compaction's ``retainedTail`` are not counted again.
 * **Small choices.** A prompt's unknown block stays a hidden slot; a result's is skipped with
@@ -120,7 +120,7 @@ class _Log:
         self.issues.append(Issue(self.path, at.line, at.offset, kind, message))
 
 
-# --- migration (§1.2) ----------------------------------------------------------------------
+# --- migration ----------------------------------------------------------------------
 
 
 def migrate(records: Sequence[Record], path: str = "") -> Migrated:
@@ -207,7 +207,7 @@ def _first_kept(record: Record, version: int, ids: Sequence[str], log: _Log) -> 
     return ids[index - 1]
 
 
-# --- the active branch (§1.7) --------------------------------------------------------------
+# --- the active branch --------------------------------------------------------------
 
 
 def active_path(records: Sequence[Record], path: str = "") -> list[str]:
@@ -265,7 +265,7 @@ def _walk(entries: Sequence[Entry], by_id: dict[str, Entry], log: _Log) -> list[
     return chain
 
 
-# --- messages (§1.6) -------------------------------------------------------------------------
+# --- messages -------------------------------------------------------------------------
 
 
 def build(records: Sequence[Record], path: str) -> Conversation:
@@ -457,7 +457,7 @@ def _timestamp(entry: Entry, body: dict[str, Any]) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-# --- usage (§1.9) and session facts ----------------------------------------------------------
+# --- usage and session facts ----------------------------------------------------------
 
 
 def _usage(value: Any) -> Usage | None:

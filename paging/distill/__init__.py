@@ -1,5 +1,5 @@
 """Distillation: old tool outputs cut down to what still matters, old exchanges and images
-left out, every original one ``recall`` away (specs/distill.md, DESIGN.md "Distillation").
+left out, every original one ``recall`` away (docs/distillation.md).
 
 Pure: no files, no clock, no MCP. The flow, for the server:
 

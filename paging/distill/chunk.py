@@ -1,4 +1,5 @@
-"""Cutting a tool output into chunks that are judged one by one (specs/distill.md §3).
+"""Cutting a tool output into chunks that are judged one by one (docs/distillation.md,
+"Chunking").
 
 Lines are ``text.split("\\n")``; line indexes are 0-based and ``end`` is exclusive; a line costs
 its length + 1. Chunks are contiguous, cover every line exactly once, and ``chunk.text`` is their
@@ -9,7 +10,7 @@ is "the matches in one file": big groups are cut into windows, runs of tiny grou
 Anything else is cut into windows of about the target size that prefer to end after a blank
 line.
 
-Changed from upstream (§11, "log timestamps look like grep output"): a line only counts as a
+Changed from upstream (timestamped logs looked like grep output): a line only counts as a
 grep line when its file part is path-like — it ends in a known file extension, or it has no
 whitespace and is not made only of digits, dashes, dots and ``T`` (``2024-05-01 12``,
 ``2024-05-01T12``, ``12`` are timestamps, not files).

@@ -1,12 +1,12 @@
-"""The ``[distill]`` settings (specs/distill.md §1), validated with fall-back to the defaults.
+"""The ``[distill]`` settings (docs/configuration.md), validated with fall-back to the defaults.
 
 Every upstream setting is here under a snake_case name, with upstream's default and range, plus
-``judge`` (DESIGN.md: ``local`` or ``sampling``). Validation follows upstream's
-``normalizeConfig``: a value replaces the default only when it is valid; booleans must be
-booleans (never numbers), numbers must be finite and inside the inclusive range, integer keys
-accept integral floats (``2.0``), ``exclude_tools`` drops non-string elements silently. Unlike
-upstream, every rejected value and every unknown key yields one warning string; the caller logs
-them (this module never prints).
+``judge`` (``local`` or ``sampling``; docs/distillation.md, "The judges"). Validation follows
+upstream's ``normalizeConfig``: a value replaces the default only when it is valid; booleans must be
+booleans (never numbers), numbers must be finite and inside the inclusive range, integer keys accept
+integral floats (``2.0``), ``exclude_tools`` drops non-string elements silently. Unlike upstream,
+every rejected value and every unknown key yields one warning string; the caller logs them (this
+module never prints).
 
 Settings that only made sense inside Pi are accepted for parity but have no effect here:
 ``pin_anthropic_cache`` (cache breakpoints are the host's), ``timeout_ms`` and ``concurrency``

@@ -1,4 +1,5 @@
-"""Reading a conversation: runs, turns, tool calls, questions and sizes (§6, §7).
+"""Reading a conversation: runs, turns, tool calls, questions and sizes
+(docs/distillation.md, "What can be distilled").
 
 Input shape, used by the whole package: ``entries`` is a sequence of ``(history_id, message)``
 pairs, oldest first, where ``message`` is a Pi AgentMessage dict (``user``, ``assistant`` with
@@ -253,7 +254,8 @@ def superseded_by(
     tool: str, arguments: Mapping[str, Any], turn: int, calls: Sequence[Call],
     facts: Sequence[CallFacts] | None = None,
 ) -> str | None:
-    """Why a newer call made this output out of date, or None (§7; later turns only).
+    """Why a newer call made this output out of date, or None (later turns only;
+    docs/distillation.md, "Mid-run checkpoints and break-even").
     ``facts``: :func:`call_facts` of ``calls``, from a caller that asks about many outputs."""
     if facts is None:
         facts = call_facts(calls)

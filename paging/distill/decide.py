@@ -1,4 +1,6 @@
-"""From verdicts to decisions: per segment, per output, per whole item (§4, §6), break-even (§7).
+"""From verdicts to decisions: per segment, per output, per whole item, break-even.
+
+The rules are in docs/distillation.md, "Decisions" and "Mid-run checkpoints and break-even".
 
 Per segment (:func:`interpret`), in upstream's order: no answer → keep all (the failure is the
 reason); classifier answers (``keep_whole`` and ``focus``, both or neither) → upstream's rules
@@ -11,8 +13,8 @@ edit; ``keep_cited_files`` adds chunks of files the answer names; kept chars ove
 ``max_keep_ratio`` of the original, or a rendering that is not shorter → ``not-worth``;
 otherwise ``remove`` (nothing kept) or ``distill``.
 
-Status is explicit (§11): a decision made without an answer, or deferred by a break-even gate,
-has ``judged=False`` and is asked again; reasons are for people.
+Status is explicit (docs/distillation.md, "In an MCP server"): a decision made without an answer, or
+deferred by a break-even gate, has ``judged=False`` and is asked again; reasons are for people.
 """
 
 from __future__ import annotations
@@ -188,7 +190,7 @@ def decide_image(
 
 
 def pays_off(pending: int, turns: int, rewrite: int, factor: float) -> bool:
-    """Break-even (§7): about 70% of judged chars go, and the run is assumed to go on about
+    """Break-even: about 70% of judged chars go, and the run is assumed to go on about
     as long as it has run, so the saving repays rewriting ``rewrite`` chars of cached prefix."""
     return pending * max(1, turns) >= factor * rewrite
 

@@ -1,4 +1,5 @@
-"""What can be distilled: large and small tool outputs, old exchanges, old images (§6).
+"""What can be distilled: large and small tool outputs, old exchanges, old images
+(docs/distillation.md, "What can be distilled").
 
 Candidate rules shared by large and small outputs: a ``toolResult`` of a call made in the run,
 made only of text (no images), not an error unless ``distill_errors``, a tool not in

@@ -1,4 +1,4 @@
-"""Judges: who says which chunks are still needed (DESIGN.md "judge").
+"""Judges: who says which chunks are still needed (docs/distillation.md, "The judges").
 
 A judge answers one :class:`~paging.distill.plan.Segment` at a time: the chunks of one part of
 a large output, or a batch of small outputs or of old exchanges (chunk ``i`` = item ``i``). It

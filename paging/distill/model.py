@@ -6,7 +6,8 @@
   batch of small outputs or of old exchanges).
 * :class:`Verdict` — a judge's answer for one segment: a score in [0, 1] per chunk id, or
   ``scores=None`` for "no answer" (any failure means keep). ``keep_whole``/``focus`` carry
-  upstream's classifier answers for backends that give them (§4 rules 2–8).
+  upstream's classifier answers for backends that give them
+  (docs/distillation.md, "Decisions").
 * :class:`Decision` — what to do with one tool output or exchange, persisted by the server so
   that the same output gets the same replacement bytes on every later request.
 """

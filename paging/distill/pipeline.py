@@ -124,8 +124,9 @@ def _run_end_gate(
     plan: Plan, edits: list[Decision], exchanges: list[Decision], images: list[Decision]
 ) -> tuple[list[Decision], list[Decision]]:
     """Exchange omissions, and images from before the run, must pay for the part of the cached
-    prefix that they alone make the provider read again (§7 ``exchangeBreakEven``). Failing
-    exchanges are deferred; failing images get no decision and are collected again later."""
+    prefix that they alone make the provider read again (docs/distillation.md, "Mid-run checkpoints
+    and break-even"). Failing exchanges are deferred; failing images get no decision and are
+    collected again later."""
     config = plan.config
     if not config.exchange_break_even:
         return exchanges, images

@@ -1,4 +1,4 @@
-"""One distillation pass: plan what to judge, judge it, decide (DESIGN.md "Distillation").
+"""One distillation pass: plan what to judge, judge it, decide (docs/distillation.md).
 
 The server calls this before every model request with the conversation as ``(history_id,
 message)`` entries (see :mod:`paging.distill.conversation`) and every decision made so far (a
@@ -10,12 +10,13 @@ kind it is:
   its question and final answer (the new request rides along as ``follow_up``); old exchanges
   before that run and old images are judged too. Large outputs totalling under
   ``min_run_chars`` are skipped; exchange omissions and images from before the run pass the
-  run-end break-even gate (§7) or are deferred.
+  run-end break-even gate or are deferred.
 * **mid-run checkpoint** — the run in progress last called tools and has all their results:
   outputs at least ``mid_run_min_age_turns`` turns old, exchanges and images, in the first of
-  upstream's three tiers that reaches the batch size and pays off (§7).
+  upstream's three tiers that reaches the batch size and pays off
+  (docs/distillation.md, "Mid-run checkpoints and break-even").
 
-Memo (§7, with explicit status instead of reason strings): an output with an edit, or with a
+Memo (with explicit status instead of reason strings): an output with an edit, or with a
 judged ``keep`` (mid-run: from any phase; run end: from a run-end pass), is not judged again; a
 ``keep`` made at a checkpoint is judged again at run end; an exchange kept for this run is not
 judged again in this run; failures and deferrals are asked again.

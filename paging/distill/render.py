@@ -1,4 +1,5 @@
-"""Replacement texts: distilled outputs, removal stubs, exchange and image stubs (§5).
+"""Replacement texts: distilled outputs, removal stubs, exchange and image stubs
+(docs/distillation.md, "Replacement texts").
 
 Same information as upstream's templates, in this project's own words. Every replacement starts
 with :data:`MARKER` (which also tells later passes "already distilled") and names the exact
@@ -8,7 +9,7 @@ tool output, ``recall({"history_id":"…"})`` for an omitted exchange.
 Kept chunks are copied verbatim. Each run of removed chunks becomes one omission line: for grep
 output the files it held, for a ``read`` the file line range (mapped through the call's
 ``offset``; Pi's trailing continuation note is not a file line), otherwise the 1-based output
-line range. The image stub says "1 turn" rather than upstream's "1 turns" (§11).
+line range. The image stub says "1 turn" rather than upstream's "1 turns".
 """
 
 from __future__ import annotations
