@@ -9,8 +9,9 @@ occurs (case-insensitively) in the search text of exactly one item among all ses
 truth is that item. At most ``--per-session`` lines per session, evenly spaced.
 
 Each line is searched as a phrase (in double quotes; ``--unquoted``: as typed) with
-``scope="all"`` and no session, limit 3, through ``History.search``. Printed: recall@3 (the owning item among the three), and the
-share of found owners whose reply shows the matched line (a ``matches`` entry holding it).
+``scope="all"`` and no session, limit 3, through ``History.search``. Printed: recall@3 (the
+owning item among the three), and the share of found owners whose reply shows the matched line
+(a ``matches`` entry holding it).
 The same file runs against an older checkout for the "before" figure (``PYTHONPATH=<checkout>``);
 a reply without ``matches`` shows no line.
 """

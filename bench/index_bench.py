@@ -17,7 +17,6 @@ postings per MB and six times the distinct terms):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re

@@ -174,8 +174,9 @@ def replay(api: str, turns: int, paging: bool) -> None:
     provider, through the plain hop, through the proxy (``make_app``, the real command's app)."""
     import argparse as _argparse
 
-    from bench.proxy_work import Hop, Sink, growing, headers_of, path_of
     from context_paging.server.proxy_cli import make_app
+
+    from bench.proxy_work import Hop, Sink, growing, headers_of, path_of
 
     def fresh_proxy(upstream: str):
         work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))

@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
 
-from bench.proxy_work import Sink, anthropic_body, anthropic_turn, big_body  # noqa: E402
 from bench.proxy_work import ANTHROPIC_HEADERS as HEADERS  # noqa: E402
+from bench.proxy_work import Sink, anthropic_body, anthropic_turn, big_body  # noqa: E402
 from tests.fake_provider import Served  # noqa: E402
 
 MB = 1 << 20

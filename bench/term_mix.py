@@ -1,6 +1,6 @@
 """What the index's postings are made of: whole tokens, parts and pairs, digit parts.
 
-    python -m bench.term_mix [--items 2000]
+    python -m bench.term_mix [--items=2000]
 
 This measures whether leaving pure-digit parts out of the index (line numbers, version pieces:
 the ``7`` of ``parser_12.py:7``, the ``29`` of ``0.7.29``) would win back indexing speed. Whoosh's

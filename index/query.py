@@ -151,7 +151,7 @@ def _line_match(line: str, parsed: ParsedQuery) -> tuple[int, list[tuple[int, in
             if tuple(words[i:i + size]) == phrase:
                 return 1000 + size, [(found[i][1], found[i + size - 1][2])]
     spans, seen = [], set()
-    for token, start, end in found:
+    for token, start, _end in found:
         for term in parsed.terms:
             at = _inside(term, token)
             if at >= 0:

@@ -3,11 +3,12 @@
 Indexing a session through Whoosh runs at about 1 MB/s of session text, so the first search of a
 large session that is not indexed yet would wait seconds to minutes. The model usually searches
 exactly then (something just left its window). :class:`MemoryIndex` analyzes the session's items
-once, with the tokenizer the index uses, into term postings and exact lengths, and ranks them with the same BM25 and the same per-session statistics as
+once, with the tokenizer the index uses, into term postings and exact lengths, and ranks them
+with the same BM25 and the same per-session statistics as
 :meth:`index.store.SearchIndex.search` (``SESSION_STATISTICS``). So the answer is the one the
-index gives once it has caught up (tests/test_scan.py checks that), and every later search of the
-session, until the index has it, costs a few dictionary look-ups per query term instead of a
-pass over the whole text.
+index gives once it has caught up (tests/test_scan.py checks that), and every later search of
+the session, until the index has it, costs a few dictionary look-ups per query term instead of
+a pass over the whole text.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ class MemoryIndex:
 # and splitting: the runs are the tokenizer's matches before their edge separators are stripped
 # (index.analysis.tokens), in under half the time of its regular expression.
 _EDGES = "./:-"
-_APART = {c: 32 for c in range(128) if chr(c) not in "abcdefghijklmnopqrstuvwxyz0123456789_" + _EDGES}
+_APART = {c: 32 for c in range(128)
+           if chr(c) not in "abcdefghijklmnopqrstuvwxyz0123456789_" + _EDGES}
 
 
 def _tokens(text: str) -> list[str]:

@@ -62,7 +62,8 @@ def search(
     offset: int = 0,
 ) -> SearchReply:
     """One page of hits (``offset``, ``limit``) with the lines each matched, and what was
-    searched. The query syntax is :mod:`index.query`'s; which session, :data:`DEFAULT_SESSION_RULE`."""
+    searched. The query syntax is :mod:`index.query`'s; which session,
+    :data:`DEFAULT_SESSION_RULE`."""
     if offset < 0:
         raise NavigatorError("INVALID_ARGUMENT", f"offset {offset} is negative; pass 0 or "
                              "a reply's next_offset")

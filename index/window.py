@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import operator
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace

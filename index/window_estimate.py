@@ -6,8 +6,9 @@ Counting runs from the newest view back and, given a ``reach``, stops once the c
 exceed it: older views the cache does not hold get 0, a lower bound, and are reported as
 uncounted (``index.window`` selects on these figures and recounts everything when the window
 kept an uncounted view). With a counter that says its longest token, uncounted views can carry
-a floor instead of 0 (``paging.tokens.token_floor``, a lower bound just the same). Idle time between calls counts some of them ahead (``ahead``, run by
-``ContextService.idle``, never inside a call).
+a floor instead of 0 (``paging.tokens.token_floor``, a lower bound just the same). Idle time
+between calls counts some of them ahead (``ahead``, run by ``ContextService.idle``, never inside
+a call).
 
 The newest large views the cache lacks (a new tool output of tens of kilobytes) start counting
 on a helper thread as soon as the request is read (:meth:`Estimates.prefetch`), while the call
@@ -128,9 +129,9 @@ class Estimates:
         self._cached(request, distilled, deferred, index, out, lazy)
         longest = self.floor_chars() if floors else None
         if longest is not None:
-            for index in range(index + 1):
-                if index not in deferred:
-                    out[index] = _floor(request, distilled, index, longest)
+            for position in range(index + 1):
+                if position not in deferred:
+                    out[position] = _floor(request, distilled, position, longest)
         return out, lazy
 
     @staticmethod

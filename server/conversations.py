@@ -27,7 +27,8 @@ KEPT = 512  # conversations remembered (the oldest is forgotten first)
 
 
 def chain(body: Body) -> list[bytes]:
-    """The digest of every prefix of the conversation array: ``chain[i]`` covers items 0..i."""
+    """The digest of every prefix of the conversation array: ``chain[i]`` covers the items up
+    to and including ``i``."""
     out: list[bytes] = []
     previous = b""
     for start, end in body.items:

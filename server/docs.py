@@ -46,10 +46,14 @@ def _limits(schema: dict[str, Any]) -> str:
         inner = next((s for s in schema["anyOf"] if s.get("type") != "null"), {})
     parts = []
     for key, label in (("minimum", "≥"), ("maximum", "≤"), ("minLength", "min length "),
-                       ("maxLength", "max length "), ("minItems", "min items "),
-                       ("maxItems", "max items ")):
+                       ("maxLength", "max length ")):
         if key in inner:
             parts.append(f"{label}{inner[key]}")
+    low, high = inner.get("minItems"), inner.get("maxItems")
+    if low is not None and high is not None:
+        parts.append(f"{low}–{high} entries")
+    elif low is not None or high is not None:
+        parts.append(f"at least {low} entries" if high is None else f"at most {high} entries")
     if "items" in inner and "maxLength" in inner["items"]:
         parts.append(f"each max length {inner['items']['maxLength']}")
     return ", ".join(parts)

@@ -94,7 +94,8 @@ def _match_line(match: dict[str, Any]) -> str:
     from context_paging.index.query import marked
 
     if match["tool_call_id"] and match["source"] == "tool_result":
-        where = f"{match['tool_name'] or 'tool'} output {match['tool_call_id']} line {match['line']}"
+        tool = match["tool_name"] or "tool"
+        where = f"{tool} output {match['tool_call_id']} line {match['line']}"
     elif match["tool_call_id"]:
         where = f"{match['tool_name']} call"
     else:

@@ -6,7 +6,14 @@ import re
 
 from context_paging.server.config import SCHEMA
 from context_paging.server.docs import (
-    BEGIN, CONFIG_BEGIN, CONFIG_END, END, block_of, config_reference, reference, snapshot_tools,
+    BEGIN,
+    CONFIG_BEGIN,
+    CONFIG_END,
+    END,
+    block_of,
+    config_reference,
+    reference,
+    snapshot_tools,
 )
 from context_paging.server.settings_help import MEANINGS
 

@@ -115,7 +115,7 @@ def test_an_invalid_first_cut_fraction_is_a_trim_target_error(bad):
     assert caught.value.code == "INVALID_TRIM_TARGET"
 
 
-# -- the server's default (index/window.py ContextSettings.first_cut: upstream's rule) -------------------------
+# -- the server's default (index/window.py ContextSettings.first_cut: upstream's rule) ---------
 
 
 def _anthropic_conversation(turns: int) -> list[dict]:

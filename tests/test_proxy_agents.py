@@ -266,7 +266,8 @@ def test_doctor_counts_each_conversations_requests_and_flags_one_that_always_fai
         stack.close()
     assert not ok
     (codex,) = [line for line in lines if "(responses)" in line]
-    assert codex.startswith("  ✗ ") and "3 requests — 0 paged, 0 within budget, 3 failed open" in codex
+    assert codex.startswith("  ✗ ")
+    assert "3 requests — 0 paged, 0 within budget, 3 failed open" in codex
     assert "RESIDENT_INPUT_TOO_LARGE" in codex
     (claude,) = [line for line in lines if "(anthropic)" in line]
     assert "6 requests" in claude and "0 failed open" in claude and "✗" not in claude

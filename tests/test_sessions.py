@@ -147,7 +147,7 @@ def test_references_resolve_by_source_id_bare_id_prefix_and_path(roots):
 @pytest.mark.parametrize("ref, message", [
     ("", "empty"),
     ("pi:nope", "no session matches 'pi:nope'"),
-    ("0d1f", "too short: a session id prefix needs at least 6 characters"),  # too short to be a prefix
+    ("0d1f", "too short: a session id prefix needs at least 6 characters"),
     ("/etc/passwd", "outside the configured session roots"),
     ("a\x00b", "NUL"),
 ])

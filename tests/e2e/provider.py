@@ -20,8 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.e2e import task, validate
-from tests.fake_provider import (Recorded, Reply, anthropic_message, anthropic_stream,
-                                 responses_items_body, responses_items_stream)
+from tests.fake_provider import (
+    Recorded,
+    Reply,
+    anthropic_message,
+    anthropic_stream,
+    responses_items_body,
+    responses_items_stream,
+)
 
 
 @dataclass(frozen=True)
