@@ -145,7 +145,10 @@ def _count_split(whole: Callable[[str], int], helper: ThreadPoolExecutor, text: 
     core is likely free for it."""
     # Only when the load leaves a core free (index.window_estimate.spare_core): on a 2-core
     # machine under a load of 3 a split 52 KB count took 1.1-1.2x the whole count's time.
-    point = split_point(text) if len(text) >= SPLIT_CHARS and spare_core() else None
+    # A text over PIECE_CHARS is counted piece by piece on this thread: two halves counted at
+    # once would hold two token lists and two half copies, past the memory bound of a count.
+    point = (split_point(text) if SPLIT_CHARS <= len(text) <= PIECE_CHARS and spare_core()
+             else None)
     if point is None:
         return whole(text)
     try:
