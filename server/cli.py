@@ -338,6 +338,9 @@ def _overrides(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # no parser to build
+        print(f"context-paging {__version__}")
+        return 0
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,

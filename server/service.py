@@ -13,7 +13,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from context_paging.server import clients
 from context_paging.server.config import ENV_HOME
@@ -39,6 +38,8 @@ def service_file(home: Path, platform: str | None = None) -> Path:
 
 def service_text(words: list[str], home: Path, platform: str | None = None) -> str:
     if (platform or sys.platform) == "darwin":
+        from xml.sax.saxutils import escape  # it imports urllib.request: only for a plist
+
         logs = escape(str(home / "Library" / "Logs" / "context-paging-proxy.log"))
         arguments = "".join(f"\n    <string>{escape(w)}</string>" for w in words)
         return f"""<?xml version="1.0" encoding="UTF-8"?>
