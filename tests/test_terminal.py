@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from context_paging.index.navigator import dumps
+from context_paging.index.private import secure_home
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.demo import sample_path
@@ -39,6 +40,7 @@ def home(tmp_path, _private_home):
     (_private_home / "config.toml").write_text(
         f'[sources]\npi = "{tmp_path / "pi"}"\nclaude_code = "{tmp_path}/none"\n'
         f'codex = "{tmp_path}/none"\n')
+    secure_home(_private_home)  # as the first command would (quietly: its own test says it)
     return _private_home
 
 
