@@ -68,10 +68,11 @@ class Progress:
         self(0, None, message)
 
     def emit(self, text: str) -> None:
-        """Print ``text`` on stdout without tearing a bar drawn on the terminal."""
+        """Print ``text`` on stdout without tearing a bar drawn on the terminal (a CLI
+        command's own output: ``serve`` never makes a Progress)."""
         with self._lock:
             self._clear()
-            print(text, flush=True)
+            _stdout(text)
             self.last_written = self.clock()
 
     def tick(self) -> None:
@@ -151,7 +152,7 @@ class Silent:
         pass
 
     def emit(self, text: str) -> None:
-        print(text, flush=True)
+        _stdout(text)
 
     def __enter__(self) -> Silent:
         return self
@@ -168,3 +169,9 @@ def progress_for(args: object, patient: bool = False) -> Progress | Silent:
 def add_quiet(parser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress on stderr (it is on by default for long work)")
+
+
+def _stdout(text: str) -> None:
+    """One line of a CLI command's own output on stdout, flushed at once."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
