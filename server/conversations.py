@@ -24,14 +24,24 @@ from context_paging.server.wire import Body
 
 _MARKER = re.compile(rb',\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*,?')
 KEPT = 512  # conversations remembered (the oldest is forgotten first)
+KNOWN = 32  # of them, the latest requests whose messages and chain are kept for reuse
 
 
-def chain(body: Body) -> list[bytes]:
-    """The digest of every prefix of the conversation array: ``chain[i]`` covers the items up
-    to and including ``i``."""
-    out: list[bytes] = []
-    previous = b""
-    for start, end in body.items:
+def chain(body: Body, field: str, known: tuple[list, list[bytes]] = ([], [])) -> list[bytes]:
+    """The digest of every prefix of the conversation array ``field``: ``chain[i]`` covers the
+    items up to and including ``i``. ``known``: an earlier body's messages and chain; while this
+    body's messages are the very same objects (server/resent.py reuses the values of the bytes
+    two bodies share), their digests are taken as they are, so only new messages are hashed."""
+    messages = body.value[field]
+    objects, digests = known
+    same = 0
+    for mine, theirs in zip(messages, objects):  # noqa: B905 (the shorter one ends it)
+        if mine is not theirs:
+            break
+        same += 1
+    out = list(digests[:same])
+    previous = out[-1] if out else b""
+    for start, end in body.items[same:]:
         text = body.raw[start:end]  # the message's bytes (spans are byte spans)
         if b'"cache_control"' in text:
             text = _MARKER.sub(b"", text)
@@ -46,13 +56,19 @@ class Chains:
     def __init__(self, kept: int = KEPT) -> None:
         self.kept = kept
         self._latest: OrderedDict[bytes, str] = OrderedDict()  # latest chain -> ledger session
+        # per ledger session: its latest request's messages and chain, to hash only what is new
+        self._known: OrderedDict[str, tuple[list, list[bytes]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def key(self, body: Body, opening: str) -> str:
+    def key(self, body: Body, opening: str, field: str) -> str:
         """The ledger session of this request: the conversation its messages continue, else a
         new one: its opening's key and six random hex digits, so that no two conversations
         share a ledger session, whenever they ran."""
-        digests = chain(body)
+        messages = body.value[field]
+        with self._lock:
+            known = next((k for k in reversed(self._known.values())
+                          if messages and k[0] and k[0][0] is messages[0]), ([], []))
+        digests = chain(body, field, known)
         with self._lock:
             name = None
             for digest in reversed(digests):
@@ -65,4 +81,8 @@ class Chains:
                 self._latest[digests[-1]] = name
                 while len(self._latest) > self.kept:
                     self._latest.popitem(last=False)
+            self._known.pop(name, None)
+            self._known[name] = (list(messages), digests)
+            while len(self._known) > KNOWN:
+                self._known.popitem(last=False)
             return name

@@ -251,7 +251,7 @@ class Proxy:
         """The ledger session: by the agent's session id, else by the chain of messages."""
         key = wire.conversation_key(api, body.value, headers)
         if wire.agent_session(api, body.value, headers) is None:
-            key = self._chains.key(body, key)
+            key = self._chains.key(body, key, api.field)
         return key
 
     # --- forwarding -------------------------------------------------------------------------
