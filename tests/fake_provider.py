@@ -168,15 +168,7 @@ class FakeProvider:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        recorded = Recorded(scope["method"], scope["path"], scope["query_string"].decode(),
-                            headers, body)
+        recorded = await received(scope, receive)
         self.requests.append(recorded)
         reply = self.queue.popleft() if self.queue else self.default(recorded)
         await send({"type": "http.response.start", "status": reply.status,
@@ -187,6 +179,18 @@ class FakeProvider:
                 opened = await anyio.to_thread.run_sync(self.gate.wait, 10.0)
                 self.gate_opened.append(opened)
         await send({"type": "http.response.body", "body": b""})
+
+
+async def received(scope, receive) -> Recorded:
+    """An HTTP request as the ASGI server hands it over, body read whole."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    return Recorded(scope["method"], scope["path"], scope["query_string"].decode(), headers, body)
 
 
 class Served:

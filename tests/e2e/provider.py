@@ -25,6 +25,7 @@ from tests.fake_provider import (
     Reply,
     anthropic_message,
     anthropic_stream,
+    received,
     responses_items_body,
     responses_items_stream,
 )
@@ -74,16 +75,7 @@ class ScriptedProvider:
             return
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        recorded = Recorded(scope["method"], scope["path"], scope["query_string"].decode(),
-                            headers, body)
-        reply = self.answer(recorded)
+        reply = self.answer(await received(scope, receive))
         await send({"type": "http.response.start", "status": reply.status,
                     "headers": [(k.encode(), v.encode()) for k, v in reply.headers]})
         for chunk in reply.chunks:
