@@ -109,7 +109,7 @@ def proxy_path() -> dict:
     from context_paging.index.proxied import ProxyLog
     from context_paging.server import wire
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import make_history
+    from context_paging.server.histories import make_history
     from context_paging.server.proxy import Proxy, Upstreams
     from proxy_bench import FIXTURES, claude_requests, codex_requests, json_floor
 

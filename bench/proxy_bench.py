@@ -32,7 +32,7 @@ import httpx2 as httpx  # noqa: E402
 from context_paging.index.proxied import ProxyLog  # noqa: E402
 from context_paging.server import wire  # noqa: E402
 from context_paging.server.config import load_settings  # noqa: E402
-from context_paging.server.mcp_server import make_history  # noqa: E402
+from context_paging.server.histories import make_history  # noqa: E402
 from context_paging.server.proxy import Proxy, Upstreams  # noqa: E402
 
 from tests.fake_provider import FakeProvider, Served  # noqa: E402

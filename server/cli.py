@@ -92,7 +92,7 @@ def _size(size: int) -> str:
 
 
 def _history(settings: Settings):
-    from context_paging.server.mcp_server import make_history
+    from context_paging.server.histories import make_history
 
     return make_history(settings)
 
@@ -106,7 +106,8 @@ SERVE_ON_A_TERMINAL = (
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
-    from context_paging.server.mcp_server import create_server, loading_history
+    from context_paging.server.histories import loading_history
+    from context_paging.server.mcp_server import create_server
     from context_paging.server.transport import serve_stdio
 
     server = create_server(settings, loading_history(settings), tools=args.tools)

@@ -22,7 +22,6 @@ import anyio.from_thread
 from context_paging.index.canonical import orjson, plain
 from context_paging.index.searched import DEFAULT_SESSION_RULE
 from context_paging.index.stats import render as render_stats
-from context_paging.paging.distill import DistillConfig
 from context_paging.paging.window_form import FORMS
 from context_paging.paging.window_form import check as check_form
 from context_paging.server.binding import (
@@ -33,6 +32,7 @@ from context_paging.server.binding import (
     error_result,
 )
 from context_paging.server.config import Settings
+from context_paging.server.histories import distill_config, loading_history, make_history
 from context_paging.server.idle import Idler
 from context_paging.server.results import (
     BrowseResult,
@@ -65,8 +65,8 @@ if TYPE_CHECKING:  # the index and the window load with the first History (serve
 __all__ = [  # the reply models and builders live in server/results.py; imported from here too
     "BrowseResult", "LoadResult", "OutputPage", "RecallResult", "Reference", "SearchResult",
     "SelectContextResult", "SessionsResult", "StatsResult", "Usage", "browse_result",
-    "search_result", "create_server", "make_history", "MCPServer", "RECOVERY_TOOLS", "TOOLS",
-    "TOOL_SETS", "Deps", "ToolFailure",
+    "search_result", "create_server", "make_history", "distill_config", "loading_history",
+    "MCPServer", "RECOVERY_TOOLS", "TOOLS", "TOOL_SETS", "Deps", "ToolFailure",
 ]
 
 log = logging.getLogger("context_paging")
@@ -427,41 +427,6 @@ class Server(MCPServer):
             if isinstance(exc.__cause__, ValidationError):
                 return error_result(argument_failure(exc.__cause__))
             raise
-
-
-def make_history(settings: Settings, distill: DistillConfig | None = None) -> History:
-    """The one History of a process, configured from settings (``distill``: the ``[distill]``
-    settings, when the caller has read them already)."""
-    from context_paging.index.service import History
-    from context_paging.index.window import ContextSettings
-    from context_paging.server.tokens import text_counter
-
-    paging = settings.values["paging"]
-    distill = distill_config(settings) if distill is None else distill
-    context = ContextSettings(enabled=paging["enabled"], token_budget=paging["token_budget"],
-                              trim_to_tokens=paging["trim_to_tokens"],
-                              first_cut=paging["first_cut"],
-                              estimator=paging["estimator"], distill=distill)
-    from context_paging.server.forget_cli import apply_retention
-
-    apply_retention(settings)  # [ledger] keep_days
-    return History(settings.roots, settings.home, context, text_counter)
-
-
-def distill_config(settings: Settings) -> DistillConfig:
-    """The ``[distill]`` settings, with a warning on stderr for each value that fell back."""
-    distill, warnings = DistillConfig.from_mapping(settings.values["distill"])
-    for warning in warnings:
-        log.warning("%s", warning)
-    return distill
-
-
-def loading_history(settings: Settings) -> LoadingHistory:
-    """``serve``'s History: loading on a background thread from now on (server/warmup.py)."""
-    from context_paging.server.warmup import LoadingHistory
-
-    distill = distill_config(settings)
-    return LoadingHistory(lambda: make_history(settings, distill), distill).start()
 
 
 def create_server(settings: Settings, history: History | LoadingHistory | None = None,

@@ -75,7 +75,7 @@ def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
 def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     """The proxy over this process's History (the ledger and select_context pipeline)."""
     from context_paging.index.proxied import ProxyLog
-    from context_paging.server.mcp_server import make_history
+    from context_paging.server.histories import make_history
     from context_paging.server.proxy import Proxy, Upstreams
 
     history = make_history(settings)

@@ -25,7 +25,7 @@ SHOWN_RESULT_LINES = 40  # tool output lines ``show`` prints before pointing at 
 
 
 def _history(settings: Settings) -> History:
-    from context_paging.server.mcp_server import make_history
+    from context_paging.server.histories import make_history
 
     return make_history(settings)
 
