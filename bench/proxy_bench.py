@@ -3,8 +3,10 @@
 Default: upstream's bench workload (bench/proxy_work.py) replayed as 300 growing requests
 (53 KB to 15.9 MB), each sent in turn to the provider directly, through a plain pass-through on
 the proxy's own HTTP stack (the hop), and through the proxy as ``context-paging proxy`` builds it,
-with the default settings. Printed: p50/p95 of the time each adds to the direct request, its
-growth per MB of body (least squares), and the first request.
+with the default settings; the hop and the proxy are served as the command serves it (its guard,
+connection deadlines and limits: ``bench.proxy_work.Command``). Printed: p50/p95 of the time
+each adds to the direct request, its growth per MB of body (least squares), and the first
+request.
 
 To compare with another checkout, copy this file and bench/proxy_work.py into it (``git
 archive <commit> | tar -x -C DIR``) and run it there with ``PYTHONPATH=DIR``.
@@ -176,7 +178,7 @@ def replay(api: str, turns: int, paging: bool) -> None:
 
     from context_paging.server.proxy_cli import make_app
 
-    from bench.proxy_work import Hop, Sink, growing, headers_of, path_of
+    from bench.proxy_work import Command, Hop, Sink, growing, headers_of, path_of
 
     def fresh_proxy(upstream: str):
         work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
@@ -187,11 +189,11 @@ def replay(api: str, turns: int, paging: bool) -> None:
             f'[paging]\nenabled = {"true" if paging else "false"}\n')
         args = _argparse.Namespace(upstream_anthropic=upstream, upstream_openai=upstream)
         app, history = make_app(load_settings(home=str(home)), args)
-        return Served(app, lifespan="on"), history
+        return Command(app), history
 
     provider = Sink()
     sink = Served(provider)
-    hop = Served(Hop(sink.url), lifespan="off")
+    hop = Command(Hop(sink.url))
     proxy, history = fresh_proxy(sink.url)
     route, headers = path_of(api), headers_of(api)
     sizes, direct, hopped, proxied = [], [], [], []

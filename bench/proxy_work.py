@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Iterator
 
 import httpx2 as httpx
@@ -154,3 +155,24 @@ class Hop:
                                 if k.lower() not in (b"connection", b"transfer-encoding")]
         await response(scope, receive, send)
         await reply.aclose()
+
+
+class Command:
+    """An ASGI app served on a free loopback port as ``context-paging proxy`` serves its own
+    (server/proxy_cli.py: the guard, the header deadline and body timeout, the connection
+    limits), on a thread of its own."""
+
+    def __init__(self, app) -> None:
+        from context_paging.server.proxy_cli import _server, listen
+
+        self.socket = listen("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.server = _server(app, self.socket)
+        self.thread = threading.Thread(target=self.server.run,
+                                       kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.socket.close()
