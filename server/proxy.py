@@ -103,6 +103,9 @@ class Proxy:
         # contains; select_context calibrates its estimate with it
         self._usage: OrderedDict[str, dict[str, int]] = OrderedDict()
         self._chains = Chains()  # conversations that carry no session id (server/conversations.py)
+        # per conversation: its latest messages and which resident one names the recovery tools
+        self._marks: OrderedDict[str, Marks] = OrderedDict()
+        self._marks_lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -213,7 +216,7 @@ class Proxy:
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
         text = notice
-        if notice and not has_recovery_tools(api, body):  # Pi, or no MCP server registered
+        if notice and not self._recovery_tools(session, api, body):  # Pi, or no MCP server
             text = shell_notice(notice, f"ledger:{session}")
         out = raw if unchanged else wire.splice(body, api.field, _name_session(
             window, notice, text, session, pinned))
@@ -234,6 +237,21 @@ class Proxy:
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
         return out, note, session
+
+    def _recovery_tools(self, session: str, api: wire.Api, body: wire.Body) -> bool:
+        """:func:`has_recovery_tools`, looking only at the resident items that are new since
+        the conversation's previous request."""
+        if _tools_marked(body):
+            return True
+        with self._marks_lock:
+            known = self._marks.get(session, ([], None))
+        found = marked_resident(api, body, known)
+        with self._marks_lock:
+            self._marks.pop(session, None)
+            self._marks[session] = found
+            while len(self._marks) > PREVIOUS_BODIES:
+                self._marks.popitem(last=False)
+        return found[1] is not None
 
     def _failed_open(self, session: str, api: wire.Api, exc: Exception, raw: bytes) -> None:
         """Count a request the window could not be made for, with why (``doctor``)."""
@@ -378,12 +396,36 @@ def has_recovery_tools(api: wire.Api, body: wire.Body) -> bool:
     """Whether the agent was given this project's recovery tools (an MCP client that has the
     server registered): in ``tools``, or in a resident item that carries tool lists (Codex's
     ``additional_tools``, its deferred tool namespaces)."""
+    return _tools_marked(body) or marked_resident(api, body)[1] is not None
+
+
+def _tools_marked(body: wire.Body) -> bool:
     span = body.spans.get("tools")
-    if span and isinstance(body.value.get("tools"), list) and _marked(body.raw, *span):
-        return True
-    return any(_marked(body.raw, start, end)
-               for (start, end), item in zip(body.items, body.value[api.field], strict=True)
-               if is_resident(item, api.fmt))
+    return bool(span) and isinstance(body.value.get("tools"), list) and _marked(body.raw, *span)
+
+
+Marks = tuple[list, int | None]
+
+
+def marked_resident(api: wire.Api, body: wire.Body, known: Marks = ([], None)) -> Marks:
+    """The conversation array and the index of its first resident item that names the recovery
+    tools (None: no such item). ``known``: the same pair for an earlier body. While this body's
+    items are that body's very objects (server/resent.py takes the values of the bytes two
+    bodies share), they are those bytes, so the earlier answer holds for them and only the
+    items after them are looked at."""
+    items = body.value[api.field]
+    objects, first = known
+    same = 0
+    for mine, theirs in zip(items, objects):  # noqa: B905 (the shorter one ends it)
+        if mine is not theirs:
+            break
+        same += 1
+    if first is not None and first < same:
+        return items, first
+    for index in range(same, len(items)):
+        if is_resident(items[index], api.fmt) and _marked(body.raw, *body.items[index]):
+            return items, index
+    return items, None
 
 
 def _marked(raw: bytes, start: int, end: int) -> bool:

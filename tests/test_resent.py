@@ -194,3 +194,40 @@ def test_recorded_sessions_requests_page_to_the_same_bytes_read_whole_or_not(tmp
     finally:
         fast.close()
         full.close()
+
+
+marked_texts = st.one_of(texts, st.sampled_from(["mcp__context-paging__search_history",
+                                                 "a mcp__context_paging namespace", "none"]))
+any_messages = st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "assistant", "system", "developer"]),
+    "content": marked_texts})
+tool_steps = st.one_of(
+    st.tuples(st.just("append"), st.lists(any_messages, min_size=1, max_size=3)),
+    st.tuples(st.just("edit"), st.integers(0, 40), marked_texts),
+    st.tuples(st.just("rewind"), st.integers(0, 40)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([wire.ANTHROPIC, wire.RESPONSES]), st.lists(tool_steps, max_size=12))
+def test_whether_a_resident_item_offers_the_tools_is_the_same_looking_only_at_new_items(
+        api, script):
+    from context_paging.server.proxy import has_recovery_tools, marked_resident
+
+    resent, known, conversation = Resent(), ([], None), []
+    for kind, *args in [("append", [{"role": "user", "content": "go"}]), *script]:
+        if kind == "append":
+            conversation = conversation + args[0]
+        elif kind == "edit" and conversation:
+            at = args[0] % len(conversation)
+            conversation = [*conversation[:at], {**conversation[at], "content": args[1]},
+                            *conversation[at + 1:]]
+        elif kind == "rewind":
+            conversation = conversation[:args[0] % (len(conversation) + 1)]
+        raw = render(api.field, "m", conversation, "t", None, True)
+        body = resent.read(raw, api.field)
+        resent.remember("c", body)
+        known = marked_resident(api, body, known)
+        whole = wire.read_body(raw, api.field)
+        assert known[1] == marked_resident(api, whole)[1]
+        assert (known[1] is not None) == has_recovery_tools(api, whole)
