@@ -11,10 +11,15 @@ request.
 To compare with another checkout, copy this file and bench/proxy_work.py into it (``git
 archive <commit> | tar -x -C DIR``) and run it there with ``PYTHONPATH=DIR``.
 
+``--phases``: no HTTP; the proxy's ``_page`` over the same growing requests in one process, each
+step's CPU time (p50 and growth per MB): reading the body against the previous one, keying the
+conversation, ``select_context``, the recovery-tools check, the splice, the stats note.
+
 ``--fixtures``: the older figure, every recorded Claude Code and Codex session turned back into
 its requests, next to ``json.loads`` + ``json.dumps`` of each body.
 
     python bench/proxy_bench.py [--api anthropic|responses] [--turns 300] [--paging-off]
+    python bench/proxy_bench.py --phases [--api responses] [--turns 300]
     python bench/proxy_bench.py --fixtures [--budget 16000] [--estimator chars4|tiktoken]
 """
 
@@ -242,6 +247,67 @@ def replay(api: str, turns: int, paging: bool) -> None:
           f"{proxied[0] * ms:.0f} ms (goal <= 1500)")
 
 
+def phases(api_name: str, turns: int) -> None:
+    """The proxy's own steps per request, in process CPU time, over the growing workload."""
+    import argparse as _argparse
+
+    import context_paging.server.proxy as code
+    from context_paging.server.proxy_cli import make_app
+
+    from bench.proxy_work import growing, headers_of
+
+    work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
+    home, empty = work / "home", work / "none"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n')
+    args = _argparse.Namespace(upstream_anthropic="http://127.0.0.1:9",
+                               upstream_openai="http://127.0.0.1:9")
+    app, history = make_app(load_settings(home=str(home)), args)
+    api = wire.ANTHROPIC if api_name == "anthropic" else wire.RESPONSES
+    steps: dict[str, list[tuple[float, float]]] = {}
+    size = [0.0]
+
+    def timed(name: str, function):
+        def step(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                steps.setdefault(name, []).append((size[0], time.process_time() - start))
+        return step
+
+    app.bodies.read = timed("read against the last body", app.bodies.read)
+    app._conversation = timed("conversation key", app._conversation)
+    app.select = timed("select_context", app.select)
+    if hasattr(app, "_recovery_tools"):
+        app._recovery_tools = timed("recovery-tools check", app._recovery_tools)
+    else:  # a checkout from before the check looked only at new items
+        code.has_recovery_tools = timed("recovery-tools check", code.has_recovery_tools)
+    splice = code.wire.splice
+    code.wire.splice = timed("splice", splice)
+    headers = headers_of(api_name)
+    try:
+        for raw in growing(api_name, turns):
+            size[0] = len(raw) / (1 << 20)
+            out, note, _ = timed("_page, all of it", app._page)(api, raw, headers)
+            if note is not None:
+                timed("stats note", note)()
+    finally:
+        code.wire.splice = splice
+        history.close()
+    ms = 1000
+    print(f"code: {Path(code.__file__).resolve().parent.parent}")
+    print(f"{turns} growing {api_name} requests through the proxy's _page, no HTTP; "
+          "process CPU ms per request")
+    print(f"{'step':<28} {'p50':>7} {'p95':>7} {'ms/MB':>7}")
+    for name, rows in steps.items():
+        values = [v for _, v in rows]
+        print(f"{name:<28} {percentile(values, .5) * ms:>7.2f} "
+              f"{percentile(values, .95) * ms:>7.2f} "
+              f"{slope([s for s, _ in rows], values) * ms:>7.3f}")
+
+
 def run_fixtures(budget: int, estimator: str, repeat: int, distill: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
     home = work / "home"
@@ -328,6 +394,8 @@ def main() -> None:
     parser.add_argument("--api", choices=("anthropic", "responses"), default="anthropic")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--paging-off", action="store_true", help="paging.enabled = false")
+    parser.add_argument("--phases", action="store_true",
+                        help="the proxy's own steps in process, no HTTP (CPU time)")
     parser.add_argument("--fixtures", action="store_true",
                         help="replay the recorded sessions instead (the older figure)")
     parser.add_argument("--budget", type=int, default=16_000)
@@ -335,7 +403,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-distill", action="store_true", help="paging only")
     args = parser.parse_args()
-    if args.fixtures:
+    if args.phases:
+        phases(args.api, args.turns)
+    elif args.fixtures:
         run_fixtures(args.budget, args.estimator, args.repeat, not args.no_distill)
     else:
         replay(args.api, args.turns, not args.paging_off)
