@@ -83,20 +83,23 @@ class ProxyProcess:
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_limited)
         started = time.perf_counter()
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if first is not None:
-                    response = httpx.post(self.url + "/v1/messages", content=first,
-                                          headers=HEADERS, timeout=60)
-                else:
-                    response = httpx.get(self.url + "/_context-paging/health", timeout=2)
-                if response.status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.02)
-        else:
-            raise SystemExit("the proxy did not start")
+        # One client for every attempt: a new one per attempt builds its TLS context each time
+        # (tens of ms of CPU), which competed with the starting proxy for the machine's cores.
+        with httpx.Client(timeout=60) as client:
+            while time.monotonic() < deadline:
+                try:
+                    if first is not None:
+                        response = client.post(self.url + "/v1/messages", content=first,
+                                               headers=HEADERS)
+                    else:
+                        response = client.get(self.url + "/_context-paging/health", timeout=2)
+                    if response.status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.01)
+            else:
+                raise SystemExit("the proxy did not start")
         self.first = time.perf_counter() - started
         small = anthropic_body(anthropic_turn(0)[:1], "warm-up")
         httpx.post(self.url + "/v1/messages", content=small, headers=HEADERS, timeout=60)
