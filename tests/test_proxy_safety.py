@@ -186,6 +186,20 @@ def test_the_server_settings_bound_connections():
     assert config.http is connections.HeaderDeadline
 
 
+def test_a_body_of_megabytes_is_read_in_large_pieces_and_arrives_byte_for_byte(proxied):
+    from context_paging.server import connections
+
+    body = bytes(range(256)) * (9 * 4096 + 17)  # 9.4 MB, not a multiple of any read
+    with httpx.Client(timeout=60) as client:  # keeps its connection open after the reply
+        reply = client.post(proxied.url + "/v1/messages/count_tokens", content=body,
+                            headers={"content-type": "application/octet-stream"})
+        assert reply.status_code == 200
+        assert proxied.provider.requests[-1].body == body
+        transports = [c.transport for c in proxied.server.server_state.connections]
+        assert transports
+        assert all(t.max_size == connections.READ_SIZE for t in transports)
+
+
 # --- what is forwarded exactly ----------------------------------------------------------------
 
 NUMBERS = ('{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"go"},'
