@@ -9,6 +9,7 @@ import random
 import httpx2 as httpx
 import pytest
 from context_paging.server import wire
+from context_paging.server.proxy import has_recovery_tools, marked_resident
 from context_paging.server.resent import Resent
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -212,8 +213,6 @@ tool_steps = st.one_of(
 @given(st.sampled_from([wire.ANTHROPIC, wire.RESPONSES]), st.lists(tool_steps, max_size=12))
 def test_whether_a_resident_item_offers_the_tools_is_the_same_looking_only_at_new_items(
         api, script):
-    from context_paging.server.proxy import has_recovery_tools, marked_resident
-
     resent, known, conversation = Resent(), ([], None), []
     for kind, *args in [("append", [{"role": "user", "content": "go"}]), *script]:
         if kind == "append":
