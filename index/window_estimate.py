@@ -98,8 +98,14 @@ class Estimates:
         does): uncounted views can then carry :func:`token_floor` instead of 0."""
         return getattr(self.count_text, "max_token_chars", None)
 
+    def text_floor(self) -> Callable[[str], int] | None:
+        """The counter's own lower bound of a text's count, when it has one (the shipped
+        tokenizer's: ``server.tokens.piece_floor``)."""
+        return getattr(self.count_text, "text_floor", None)
+
     def views(self, request: Request, distilled: Mapping[int, Any], reach: float | None = None,
-              deferred: Collection[int] = (), floors: bool = False) -> tuple[list[float], set[int]]:
+              deferred: Collection[int] = (), floors: bool = False,
+              enough: float | None = None) -> tuple[list[float], set[int]]:
         """Per view: its token estimate, and the views left uncounted.
 
         With ``reach``, once the views counted so far add up to more than ``reach`` tokens,
@@ -107,7 +113,12 @@ class Estimates:
         uncounted. ``deferred`` views (outputs distillation has not judged yet) are uncounted as
         well: a decision could only make them smaller, so 0 is their lower bound too. With
         ``floors`` (and a counter that says its longest token), the uncounted views past the
-        reach carry :func:`token_floor` of what is sent, a lower bound just as 0 is."""
+        reach carry :func:`token_floor` of what is sent, a lower bound just as 0 is. Those
+        floors are the lengths over the longest token; with ``enough`` and a counter that has a
+        bound of its own (:meth:`text_floor`), the newest of them are raised to the larger
+        bound, one view after another, until the estimates add up to more than ``enough`` (the
+        caller's question is whether they do; the bound costs a tenth of a count, so it is not
+        spent on views the answer does not need)."""
         views = request.views.views
         roles = request.roles
         out = [0.0] * len(views)
@@ -132,6 +143,9 @@ class Estimates:
             for position in range(index + 1):
                 if position not in deferred:
                     out[position] = _floor(request, distilled, position, longest)
+            tighter = self.text_floor()
+            if enough is not None and tighter is not None:
+                _raise_floors(request, distilled, deferred, index, out, longest, tighter, enough)
         return out, lazy
 
     @staticmethod
@@ -221,14 +235,30 @@ class Estimates:
             last = time.perf_counter() - now
 
 
-def _floor(request: Request, distilled: Mapping[int, Any], index: int, longest: int) -> int:
+def _floor(request: Request, distilled: Mapping[int, Any], index: int, longest: int,
+           tighter: Callable[[str], int] | None = None) -> int:
     """:func:`token_floor` of view ``index`` as sent (0 when left out with its exchange)."""
     message = request.views.views[index].message
     if index in distilled:
         message = distilled[index].message
         if message is None:
             return 0
-    return token_floor(message, longest)
+    return token_floor(message, longest, tighter)
+
+
+def _raise_floors(request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
+                  index: int, out: list[float], longest: int, tighter: Callable[[str], int],
+                  enough: float) -> None:
+    """Raise the floors of views ``index`` down to 0 (not ``deferred``) to the counter's own
+    bound, newest first, until ``out`` adds up to more than ``enough``."""
+    total = sum(out)
+    position = index
+    while total <= enough and position >= 0:
+        if position not in deferred:
+            raised = _floor(request, distilled, position, longest, tighter)
+            total += raised - out[position]
+            out[position] = raised
+        position -= 1
 
 
 def spare_core() -> bool:
