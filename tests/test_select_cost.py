@@ -356,6 +356,18 @@ def test_the_path_pre_test_agrees_with_the_pattern(paths, parts):
     assert judge._path_pattern(paths)[0].search(text) == (pattern.search(text) is not None)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(names | st.sampled_from(["a", "(", "a|b", "[x]", ".*", "\\", "é"]),
+                max_size=6).map(tuple),
+       st.lists(names | st.sampled_from([" ", "\n", ".", "a", "(", "|", "[x]", "\\", "é"]),
+                max_size=10))
+def test_the_names_pre_test_is_a_substring_test_of_every_name(names_, parts):
+    """Many names are looked for with one search of their alternation: the same answer as a
+    substring test of each (names with regex syntax in them included)."""
+    text = "".join(parts)
+    assert judge._names_in(names_, text) == any(name in text for name in names_)
+
+
 def test_a_passed_normalization_is_the_one_the_selector_computes():
     messages = [m for n in range(6) for m in turn(n, 30, "src/a.py", n % 2 == 0, False)]
     messages.append({"role": "user", "content": "go on"})

@@ -164,7 +164,7 @@ class Evidence:
             # A whole-name match is a substring first: most chunks name none of the paths, and
             # the substring tests rule them out without running the pattern.
             pattern, names = _path_pattern(self.paths)
-            if any(n in text for n in names) and pattern.search(text):
+            if _names_in(names, text) and pattern.search(text):
                 return True
             if _names_a_path(chunk.files, self.paths):
                 return True
@@ -174,6 +174,21 @@ class Evidence:
 
 
 _RUN = re.compile(r"[\w$]+")
+
+
+def _names_in(names: tuple[str, ...], text: str) -> bool:
+    """``any(name in text for name in names)``: for more than a couple of names, one search of
+    their alternation (a pass over the text that tests each position against every name's
+    first character at once, about 1 µs a KB on the bench's outputs, where a ``str.find`` per
+    name took 1-2 µs a KB each: their dots fill the find's skip table)."""
+    if len(names) < 3:
+        return any(name in text for name in names)
+    return _alternation(names).search(text) is not None
+
+
+@functools.lru_cache(maxsize=256)  # one work's names, asked of every chunk of its outputs
+def _alternation(names: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, names)))
 
 
 def _names_a_path(files: Iterable[str], paths: frozenset[str]) -> bool:
