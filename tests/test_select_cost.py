@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -176,7 +175,6 @@ def full_computation():
         patch.setattr(judge, "_names_a_path", lambda files, paths: any(
             f == p or f.endswith("/" + p) for f in files for p in paths))
         patch.setattr(chunk, "is_grep_like", _grep_like_counting_all)
-        patch.setattr(chunk, "_GREP_MARK", re.compile(""))  # every text asked line by line
         # Work texts read whole, as one text, uncached.
         patch.setattr(judge, "_text_evidence", judge.Evidence.of_text)
         patch.setattr(judge, "_text_terms", judge._terms.__wrapped__)
@@ -421,18 +419,6 @@ def test_the_local_judge_scores_as_with_every_pattern_run(chunks, request, answe
                 max_size=14))
 def test_grep_detection_stopping_early_agrees_with_counting_every_line(lines):
     assert chunk.is_grep_like(lines) == _grep_like_counting_all(lines)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["a.ts:1:x", "a.ts-2-y", "--", "", " ", "b/c.py:30: z",
-                                 "plain words", "2024-05-01 12:00:01 log", "d.md:4:",
-                                 "x-\u0663-y", "f.rs:\u0663:z", "a:1 b", "c-2 d"]),
-                max_size=14))
-def test_an_output_without_a_grep_mark_is_chunked_as_when_every_line_is_asked(lines):
-    text = "\n".join(lines)
-    fast = chunk.chunk_output(text)
-    with full_computation():
-        assert fast == chunk.chunk_output(text)
 
 
 shapes = st.sampled_from([

@@ -189,16 +189,10 @@ def _grep_ranges(lines: Sequence[str], target: int) -> list[tuple[int, int, list
     return ranges
 
 
-# Every line grep_file names a file in holds one of these (a match line ``:12:``, a context line
-# ``-12-``; is_grep_like knows no files yet): a text without any is no grep output, told in one
-# search instead of two patterns tried on each of its lines.
-_GREP_MARK = re.compile(r":\d+:|-\d+-")
-
-
 def chunk_output(text: str, options: ChunkOptions = DEFAULT_CHUNK_OPTIONS) -> list[Chunk]:
     lines = text.split("\n")
     target = target_size(len(text), options)
-    if _GREP_MARK.search(text) is not None and is_grep_like(lines):
+    if is_grep_like(lines):
         ranges = _grep_ranges(lines, target)
     else:
         ranges = [(a, b, []) for a, b in windows(lines, 0, len(lines), target)]
