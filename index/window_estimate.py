@@ -125,6 +125,9 @@ class Estimates:
         lazy: set[int] = set()
         total = 0.0
         index = len(views) - 1
+        longest = self.floor_chars() if floors else None
+        tighter = self.text_floor() if longest is not None else None
+        peeked: float | None = None  # the floor of the view the count stopped before
         while index >= 0:
             value = None if index in deferred else self.view(index, request, distilled)
             if value is None:
@@ -135,17 +138,27 @@ class Estimates:
             index -= 1
             # Past the reach, stop after a request: whole turns leave the window, so the turn
             # that crosses the reach is counted to its start.
-            if reach is not None and total > reach and roles[index + 1] == "user":
-                break
+            if reach is not None and roles[index + 1] == "user":
+                if total > reach:
+                    break
+                # With floors, a turn whose newest view's floor alone crosses the reach is not
+                # counted either: no window within the reach can keep it, exact or not.
+                if longest is not None and index >= 0 and index not in deferred and self.view(
+                        index, request, distilled, count=False) is None:
+                    peeked = _floor(request, distilled, index, longest, tighter)
+                    if total + peeked > reach:
+                        break
+                    peeked = None
         self._cached(request, distilled, deferred, index, out, lazy)
-        longest = self.floor_chars() if floors else None
         if longest is not None:
             for position in range(index + 1):
                 if position not in deferred:
                     out[position] = _floor(request, distilled, position, longest)
-            tighter = self.text_floor()
+            newest = index
+            if peeked is not None:
+                out[index], newest = peeked, index - 1
             if enough is not None and tighter is not None:
-                _raise_floors(request, distilled, deferred, index, out, longest, tighter, enough)
+                _raise_floors(request, distilled, deferred, newest, out, longest, tighter, enough)
         return out, lazy
 
     @staticmethod

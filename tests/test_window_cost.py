@@ -237,6 +237,31 @@ def test_a_counters_own_bound_stops_counting_where_lengths_alone_do_not(tmp_path
     assert '"mode": "paged"' in bounded and fewer < more
 
 
+def test_a_turn_whose_floor_crosses_the_target_is_not_counted(tmp_path):
+    """The turn that crosses the trim target is left uncounted when its output's floor alone
+    crosses it (its own bound here is its count less one): only the turns the window keeps are
+    counted, and the reply is the full computation's."""
+    def run(home: Path, reference: bool) -> tuple[str, int]:
+        counted: list[str] = []
+
+        def counting(text: str) -> int:
+            counted.append(text)
+            return words(text)
+
+        counting.max_token_chars = 7  # type: ignore[attr-defined]
+        counting.text_floor = lambda text: max(0, words(text) - 1)  # type: ignore[attr-defined]
+        svc = ContextService(Ledger(home), ContextSettings(
+            token_budget=3 * 460, distill=DistillConfig(enabled=False)), counting)
+        svc.reference, svc.spare_seconds = reference, 0.0
+        messages = conversation([40] * 60, [False] * 60) + [{"role": "user", "content": "go"}]
+        reply = outcome(svc, messages=messages, fmt="pi", token_budget=3 * 460)
+        return reply, len([t for t in counted if t.startswith("src/mod")])
+
+    fast, outputs = run(tmp_path / "fast", False)
+    assert fast == run(tmp_path / "full", True)[0]
+    assert '"mode": "paged"' in fast and outputs == 2  # the two kept, not the one crossing
+
+
 def spare_time(svc: ContextService, counts: int | None) -> None:
     """The idle step between calls: counting ahead until done (None), or stopped after
     ``counts`` views (as a request arriving stops it in the server)."""
