@@ -329,7 +329,8 @@ def test_a_frontier_found_outside_the_completed_turns_answers_as_the_full_search
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["x", " ", "\n", "FAIL", "FAILED", "Error", "error:", "ERROR",
                                  "Traceback", "ValueException", "assertion", "panicked", "_",
-                                 "AssertionError", "errors", "Fail", "pani", "assert"]),
+                                 "AssertionError", "errors", "Fail", "pani", "assert",
+                                 "Exception", "9", ":", "é", "\u0663", "\u0301", "-", "x:"]),
                 max_size=12).map("".join))
 def test_the_failure_pre_test_agrees_with_the_pattern(text):
     assert judge._failure_in(text) == (judge._FAILURE.search(text) is not None)

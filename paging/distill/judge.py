@@ -53,14 +53,20 @@ _FAILURE = re.compile(
     r"\b(?:FAIL(?:ED|URE)?|ERROR|Error|error:|Traceback|\w*Exception|AssertionError|"
     r"assert(?:ion)?|panic(?:ked)?)\b"
 )
-# Every match of _FAILURE contains one of these: a text without them is skipped with plain
-# substring tests (the regex's leading ``\w*`` makes a miss cost a scan per word character).
-_FAILURE_WORDS = ("FAIL", "ERROR", "Error", "error:", "Traceback", "Exception", "assert",
-                  "panic")
+# A match of _FAILURE is bounded by ``\b`` on both sides, so it is a whole run of
+# ``[A-Za-z0-9_]`` — one of these words (``error:`` being ``error`` and a colon), or one that ends
+# in ``Exception`` — and so one of the text's ``_words``: a text whose words hold none is
+# skipped without the regex (its leading ``\w*`` makes a miss cost a scan per word character),
+# and the words are the ones the chunk's terms were read from already.
+_FAILURE_WORDS = frozenset({"FAIL", "FAILED", "FAILURE", "ERROR", "Error", "error",
+                            "Traceback", "AssertionError", "assert", "assertion", "panic",
+                            "panicked"})
 
 
 def _failure_in(text: str) -> bool:
-    return any(w in text for w in _FAILURE_WORDS) and _FAILURE.search(text) is not None
+    words = _words(text)
+    return (not _FAILURE_WORDS.isdisjoint(words) or any(
+        word.endswith("Exception") for word in words)) and _FAILURE.search(text) is not None
 
 
 _STOPWORDS = frozenset(
@@ -99,15 +105,16 @@ _WORD_BYTES = bytes(b if chr(b).isascii() and (chr(b).isalnum() or b == 95) else
                     for b in range(256))
 
 
-def _words(text: str) -> set[str]:
+@functools.lru_cache(maxsize=4096)  # a chunk's, asked again by _failure_in
+def _words(text: str) -> frozenset[str]:
     """``set(_WORD.findall(text))``, a third faster: the runs of ``[A-Za-z0-9_]`` split out in
     C, then each distinct run from its first letter. A match of ``_WORD`` starts at a run's
     first letter (it cannot start at a digit or ``_``, and one that could start at a later
     letter of the run would have started at the first) and takes the rest of the run, when
     that is four characters or more; nothing else in the run can match."""
     runs = set(text.encode("ascii", "replace").translate(_WORD_BYTES).split())
-    return {word.decode() for word in map(bytes.lstrip, runs, repeat(b"0123456789_"))
-            if len(word) >= 4}
+    return frozenset([word.decode() for word in map(bytes.lstrip, runs, repeat(b"0123456789_"))
+                      if len(word) >= 4])
 
 
 _CAMEL = re.compile(r"[a-z][A-Z]")
