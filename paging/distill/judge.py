@@ -105,7 +105,10 @@ _WORD_BYTES = bytes(b if chr(b).isascii() and (chr(b).isalnum() or b == 95) else
                     for b in range(256))
 
 
-@functools.lru_cache(maxsize=4096)  # a chunk's, asked again by _failure_in
+# Cached for _failure_in, which asks a chunk's words again after the segment's terms were read
+# (a segment holds at most 60 chunks); any text's words (a grep chunk's without its prefixes)
+# are held, so the cache is kept small.
+@functools.lru_cache(maxsize=256)
 def _words(text: str) -> frozenset[str]:
     """``set(_WORD.findall(text))``, a third faster: the runs of ``[A-Za-z0-9_]`` split out in
     C, then each distinct run from its first letter. A match of ``_WORD`` starts at a run's
