@@ -114,17 +114,22 @@ def piece_floor(text: str) -> int:
       of `` [^\s\p{L}\p{N}]++`` (with at most a space before and line breaks after), which
       holds characters of this run only, no letter and no digit.
 
-    A text with other characters counts each stretch of ASCII between them so, less two: only
-    a stretch's first and last run can share a piece with what lies around it (a letter run
-    can go on in a letter that is not ASCII, say). tests/test_tokens_split.py checks the bound
-    against the count on many texts."""
+    A text with other characters counts its stretches of ASCII so, less two for each: only a
+    stretch's first and last run can share a piece with what lies around it (a letter run can
+    go on in a letter that is not ASCII, say). The stretches are counted together, their
+    characters told apart by the same tables (each byte of a character that is not ASCII
+    separates), so a text of many short stretches costs no more than another.
+    tests/test_tokens_split.py checks the bound against the count on many texts."""
     if text.isascii():
         return _ascii_floor(text.encode("ascii"))
-    return sum(max(0, _ascii_floor(part.encode("ascii")) - 2)
-               for part in _NOT_ASCII.split(text) if part)
+    data = text.encode("utf-8", "surrogatepass")
+    others = data.translate(_OTHERS)
+    stretches = others.count(b" u") + others.startswith(b"u") + 1  # at most
+    return max(0, _ascii_floor(data) - 2 * stretches)
 
 
-_NOT_ASCII = re.compile(r"[^\x00-\x7f]+")
+# The bytes of characters that are not ASCII to ``u``, every other byte a space.
+_OTHERS = bytes([32] * 128 + [ord("u")] * 128)
 
 
 def _ascii_floor(data: bytes) -> int:

@@ -189,8 +189,10 @@ def test_the_piece_floor_holds_on_large_outputs_and_is_near_their_count():
         assert tokens.piece_floor(text) <= whole(text)
     assert tokens.piece_floor(texts[0]) > whole(texts[0]) / 2
     assert tokens.piece_floor(texts[1]) > whole(texts[1]) / 3
-    # Around a character that is not ASCII a run may go on: each stretch counts two less.
-    assert tokens.piece_floor("naïve text, a b c") == 0 + 5 - 2  # "na", then " ve text, a b c"
+    # Around a character that is not ASCII a run may go on: each stretch counts two less
+    # ("na", then " ve text, a b c": six runs of letters, less two for each of two stretches).
+    assert tokens.piece_floor("naïve text, a b c") == 6 - 2 * 2
+    assert tokens.piece_floor("字" * 100_000 + "a b") == 0
 
 
 @pytest.mark.parametrize("path", recorded_params())
