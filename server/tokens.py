@@ -103,8 +103,7 @@ def piece_floor(text: str) -> int:
     following can share:
 
     * a run of letters: a piece holding a letter holds one run of letters and no digit (the
-      letter alternative ``[^
-\p{L}\p{N}]?+\p{L}++`` and the contractions ``'s`` … take
+      letter alternative ``[^\r\n\p{L}\p{N}]?+\p{L}++`` and the contractions ``'s`` … take
       contiguous letters after at most one other character), so each run is in a piece of
       its own, at least;
     * a run of ``n`` digits: digits are only ever in ``\p{N}{1,3}+`` pieces, at most three
