@@ -48,7 +48,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -165,7 +165,7 @@ class LedgerSession:
         ``durable=False``: the lines are written, their ``fsync`` runs in the background; the
         caller must call :meth:`synced` before it acknowledges anything."""
         self.refresh()
-        lines: list[bytes] = []
+        lines: list[dict[str, Any]] = []  # the new lines' values, written by _write
         # The ids this request shares at its start with the last chain appended are stored,
         # with these very parents: only the rest is looked at (a request that grew by a turn
         # costs that turn, not the conversation).
@@ -184,7 +184,7 @@ class LedgerSession:
                 # place after the call, and the record must stay what was written.
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
                           "ts": now, "message": detached(message)}
-                lines.append(dump_line(record))
+                lines.append(record)
                 self.records[message_id] = record
             elif record.get("parent") != parent:
                 checked = False  # a record stored with another parent: walks decide
@@ -194,7 +194,7 @@ class LedgerSession:
         new = len(lines)
         new_head = parent
         if new_head != self.head:
-            lines.append(dump_line({"type": "head", "id": new_head, "ts": now}))
+            lines.append({"type": "head", "id": new_head, "ts": now})
             self.head = new_head
         if lines:
             self._write(lines, durable)
@@ -207,7 +207,7 @@ class LedgerSession:
         self.refresh()
         now = _now()
         values = [d.to_dict() for d in decisions]
-        lines = [dump_line({"type": "decision", "ts": now, "decision": v}) for v in values]
+        lines = [{"type": "decision", "ts": now, "decision": v} for v in values]
         # True: nothing else was written in between, these are the next lines
         if self._write(lines, durable):
             self.decisions.extend(Decision.from_dict(v) for v in values)
@@ -228,10 +228,18 @@ class LedgerSession:
         if failure is not None:
             raise failure
 
-    def _write(self, lines: list[bytes], durable: bool = True) -> bool:
-        """Append the lines under the lock. Returns True when the file held exactly what this
-        session had read before them, and moves the cursor past them: a 15 MB first append is
-        then not read back and parsed again (the caller has the lines already)."""
+    def _write(self, lines: list[Any], durable: bool = True) -> bool:
+        """Append the lines (their values, each written by ``dump_line``) under the lock.
+        Returns True when the file held exactly what this session had read before them, and
+        moves the cursor past them: a 15 MB first append is then not read back and parsed
+        again (the caller has the values already).
+
+        Each line is written as soon as it is made and then dropped, so the next one is made in
+        the memory it used: made all first, the 15 MiB of a first append were fresh memory,
+        every page of it faulting in (half the append's time on the bench), and so was every
+        piece they were joined into. Still under the lock, so no other process's line comes
+        between them; a crash between two lines leaves the lines before it, and one cut off
+        inside a write is cut off by the next append."""
         private_directory(self.path.parent)
         with open(self.path, "a+b", opener=_no_follow) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -240,8 +248,8 @@ class LedgerSession:
                 if size and os.pread(handle.fileno(), 1, size - 1) != b"\n":
                     _cut_partial_line(handle, size)
                 start = os.fstat(handle.fileno()).st_size
-                for chunk in _chunks(lines):
-                    handle.write(chunk)
+                for value in lines:
+                    handle.write(dump_line(value))
                 handle.flush()
                 if durable:
                     os.fsync(handle.fileno())
@@ -460,29 +468,6 @@ def _flusher() -> ThreadPoolExecutor:
         if not _FLUSHER:
             _FLUSHER.append(ThreadPoolExecutor(1, thread_name_prefix="ledger-fsync"))
         return _FLUSHER[0]
-
-
-_WRITE_CHUNK = 1 << 20
-
-
-def _chunks(lines: list[bytes]) -> Iterator[bytes]:
-    """The lines joined into pieces of about a MiB, for writing one after the other.
-
-    Joining a 15 MiB first append into one bytes object costs more than serializing it (a
-    fresh allocation that large is mapped anew, and every page of it faults in); pieces of a
-    MiB reuse the same memory. Still under the lock, so no other process's line comes between
-    them; a crash between two pieces leaves a cut-off last line, as a crash inside one write
-    could, and the next append cuts it off."""
-    piece: list[bytes] = []
-    size = 0
-    for line in lines:
-        piece.append(line)
-        size += len(line)
-        if size >= _WRITE_CHUNK:
-            yield b"".join(piece)
-            piece, size = [], 0
-    if piece:
-        yield b"".join(piece)
 
 
 def _no_follow(path: str, flags: int) -> int:

@@ -279,7 +279,8 @@ class ContextService:
         if call.first_reach is not None:
             target, budget = call.first_reach
             estimates, lazy = self.estimates.views(call.request, shown.distilled, target,
-                                                   shown.deferred, floors=True)
+                                                   shown.deferred, floors=True,
+                                                   enough=budget - call.resident)
             if not lazy:
                 return estimates, lazy, False
             if sum(estimates) + call.resident > budget:

@@ -98,8 +98,14 @@ class Estimates:
         does): uncounted views can then carry :func:`token_floor` instead of 0."""
         return getattr(self.count_text, "max_token_chars", None)
 
+    def text_floor(self) -> Callable[[str], int] | None:
+        """The counter's own lower bound of a text's count, when it has one (the shipped
+        tokenizer's: ``server.tokens.piece_floor``)."""
+        return getattr(self.count_text, "text_floor", None)
+
     def views(self, request: Request, distilled: Mapping[int, Any], reach: float | None = None,
-              deferred: Collection[int] = (), floors: bool = False) -> tuple[list[float], set[int]]:
+              deferred: Collection[int] = (), floors: bool = False,
+              enough: float | None = None) -> tuple[list[float], set[int]]:
         """Per view: its token estimate, and the views left uncounted.
 
         With ``reach``, once the views counted so far add up to more than ``reach`` tokens,
@@ -107,13 +113,21 @@ class Estimates:
         uncounted. ``deferred`` views (outputs distillation has not judged yet) are uncounted as
         well: a decision could only make them smaller, so 0 is their lower bound too. With
         ``floors`` (and a counter that says its longest token), the uncounted views past the
-        reach carry :func:`token_floor` of what is sent, a lower bound just as 0 is."""
+        reach carry :func:`token_floor` of what is sent, a lower bound just as 0 is. Those
+        floors are the lengths over the longest token; with ``enough`` and a counter that has a
+        bound of its own (:meth:`text_floor`), the newest of them are raised to the larger
+        bound, one view after another, until the estimates add up to more than ``enough`` (the
+        caller's question is whether they do; the bound costs a tenth of a count, so it is not
+        spent on views the answer does not need)."""
         views = request.views.views
         roles = request.roles
         out = [0.0] * len(views)
         lazy: set[int] = set()
         total = 0.0
         index = len(views) - 1
+        longest = self.floor_chars() if floors else None
+        tighter = self.text_floor() if longest is not None else None
+        peeked: float | None = None  # the floor of the view the count stopped before
         while index >= 0:
             value = None if index in deferred else self.view(index, request, distilled)
             if value is None:
@@ -124,14 +138,27 @@ class Estimates:
             index -= 1
             # Past the reach, stop after a request: whole turns leave the window, so the turn
             # that crosses the reach is counted to its start.
-            if reach is not None and total > reach and roles[index + 1] == "user":
-                break
+            if reach is not None and roles[index + 1] == "user":
+                if total > reach:
+                    break
+                # With floors, a turn whose newest view's floor alone crosses the reach is not
+                # counted either: no window within the reach can keep it, exact or not.
+                if longest is not None and index >= 0 and index not in deferred and self.view(
+                        index, request, distilled, count=False) is None:
+                    peeked = _floor(request, distilled, index, longest, tighter)
+                    if total + peeked > reach:
+                        break
+                    peeked = None
         self._cached(request, distilled, deferred, index, out, lazy)
-        longest = self.floor_chars() if floors else None
         if longest is not None:
             for position in range(index + 1):
                 if position not in deferred:
                     out[position] = _floor(request, distilled, position, longest)
+            newest = index
+            if peeked is not None:
+                out[index], newest = peeked, index - 1
+            if enough is not None and tighter is not None:
+                _raise_floors(request, distilled, deferred, newest, out, longest, tighter, enough)
         return out, lazy
 
     @staticmethod
@@ -221,14 +248,30 @@ class Estimates:
             last = time.perf_counter() - now
 
 
-def _floor(request: Request, distilled: Mapping[int, Any], index: int, longest: int) -> int:
+def _floor(request: Request, distilled: Mapping[int, Any], index: int, longest: int,
+           tighter: Callable[[str], int] | None = None) -> int:
     """:func:`token_floor` of view ``index`` as sent (0 when left out with its exchange)."""
     message = request.views.views[index].message
     if index in distilled:
         message = distilled[index].message
         if message is None:
             return 0
-    return token_floor(message, longest)
+    return token_floor(message, longest, tighter)
+
+
+def _raise_floors(request: Request, distilled: Mapping[int, Any], deferred: Collection[int],
+                  index: int, out: list[float], longest: int, tighter: Callable[[str], int],
+                  enough: float) -> None:
+    """Raise the floors of views ``index`` down to 0 (not ``deferred``) to the counter's own
+    bound, newest first, until ``out`` adds up to more than ``enough``."""
+    total = sum(out)
+    position = index
+    while total <= enough and position >= 0:
+        if position not in deferred:
+            raised = _floor(request, distilled, position, longest, tighter)
+            total += raised - out[position]
+            out[position] = raised
+        position -= 1
 
 
 def spare_core() -> bool:

@@ -114,12 +114,18 @@ def counted_resident(system: str, tools: list[dict[str, Any]], count_text: TextC
     return count_text(system) + count_text(_dumps(defs))
 
 
-def token_floor(message: dict[str, Any], max_token_chars: int) -> int:
+def token_floor(message: dict[str, Any], max_token_chars: int,
+                text_floor: TextCounter | None = None) -> int:
     """A lower bound of :func:`counted_tokens` for a counter none of whose tokens is longer than
     ``max_token_chars`` characters: the tokens of a text tile it, so a text of ``n`` characters
-    is at least ``ceil(n / max_token_chars)`` tokens. Images count 0 here (never more than their
-    price). It costs a length per text, nothing like encoding it."""
+    is at least ``ceil(n / max_token_chars)`` tokens. ``text_floor``: the counter's own lower
+    bound of a text's count, where it has one (``server.tokens.piece_floor``); each text
+    takes the larger of the two. Images count 0 here (never more than their price). It costs
+    a length per text (or the counter's bound), nothing like encoding it."""
     if message.get("role") == "system":
         return 0
-    return sum(-(-len(part) // max_token_chars) for part in message_parts(message)
-               if isinstance(part, str))
+    if text_floor is None:
+        return sum(-(-len(part) // max_token_chars) for part in message_parts(message)
+                   if isinstance(part, str))
+    return sum(max(-(-len(part) // max_token_chars), text_floor(part))
+               for part in message_parts(message) if isinstance(part, str))

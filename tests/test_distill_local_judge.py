@@ -177,3 +177,14 @@ def test_a_chunk_names_a_path_exactly_when_a_file_is_it_or_ends_in_slash_and_it(
 
     pairwise = any(f == p or f.endswith("/" + p) for f in files for p in paths)
     assert judge._names_a_path(files, paths) == pairwise
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("abZ_09 .-\n:é") + ["\ud800", "字", "\u0663"]),
+               max_size=60) | st.text(max_size=40))
+def test_the_words_of_a_text_are_the_word_patterns_matches(text):
+    """The words a chunk shares with the work are split out with a byte table in C: the same
+    set as the pattern's matches (a word starts at a letter, four characters or more)."""
+    from context_paging.paging.distill import judge
+
+    assert judge._words(text) == set(judge._WORD.findall(text))

@@ -135,8 +135,8 @@ def test_a_ledger_written_by_the_old_writer_is_read_and_extended(tmp_path):
         [f"request {i} é" for i in range(5)]
 
 
-def test_an_append_larger_than_a_write_piece_is_stored_whole_and_in_order(tmp_path):
-    # 40 messages of 100 KB: the append is written in several pieces of about a MiB
+def test_a_large_append_is_written_line_by_line_whole_and_in_order(tmp_path):
+    # 40 messages of 100 KB: each line is made and written in turn, not joined first
     big = [{"role": "user", "content": f"{i} " + "é" * 50_000} for i in range(40)]
     ids = chain_ids([fingerprint(m) for m in big])
     writer = Ledger(tmp_path).session("big")
@@ -147,3 +147,6 @@ def test_an_append_larger_than_a_write_piece_is_stored_whole_and_in_order(tmp_pa
     assert fresh.path_ids() == ids
     assert [fresh.records[i]["message"] for i in ids] == big
     assert writer.cursor.offset == len(raw)  # the writer did not need to read its lines back
+    assert raw == b"".join(dump_line(v) for v in [*map(fresh.records.get, ids),
+                                                   {"type": "head", "id": ids[-1],
+                                                    "ts": fresh.records[ids[0]]["ts"]}])

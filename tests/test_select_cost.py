@@ -329,7 +329,8 @@ def test_a_frontier_found_outside_the_completed_turns_answers_as_the_full_search
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(["x", " ", "\n", "FAIL", "FAILED", "Error", "error:", "ERROR",
                                  "Traceback", "ValueException", "assertion", "panicked", "_",
-                                 "AssertionError", "errors", "Fail", "pani", "assert"]),
+                                 "AssertionError", "errors", "Fail", "pani", "assert",
+                                 "Exception", "9", ":", "é", "\u0663", "\u0301", "-", "x:"]),
                 max_size=12).map("".join))
 def test_the_failure_pre_test_agrees_with_the_pattern(text):
     assert judge._failure_in(text) == (judge._FAILURE.search(text) is not None)
@@ -354,6 +355,18 @@ def test_the_path_pre_test_agrees_with_the_pattern(paths, parts):
     pattern = judge._path_regex(paths)
     assert evidence.found_in(chunk, text) == (pattern.search(text) is not None)
     assert judge._path_pattern(paths)[0].search(text) == (pattern.search(text) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(names | st.sampled_from(["a", "(", "a|b", "[x]", ".*", "\\", "é"]),
+                max_size=6).map(tuple),
+       st.lists(names | st.sampled_from([" ", "\n", ".", "a", "(", "|", "[x]", "\\", "é"]),
+                max_size=10))
+def test_the_names_pre_test_is_a_substring_test_of_every_name(names_, parts):
+    """Many names are looked for with one search of their alternation: the same answer as a
+    substring test of each (names with regex syntax in them included)."""
+    text = "".join(parts)
+    assert judge._names_in(names_, text) == any(name in text for name in names_)
 
 
 def test_a_passed_normalization_is_the_one_the_selector_computes():

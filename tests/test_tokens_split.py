@@ -163,3 +163,46 @@ def test_the_shipped_counter_never_counts_fewer_tokens_than_its_floor(text):
     counter = tokens.text_counter()
     assert counter.max_token_chars == max(map(len, ENCODING.token_byte_values())) == 128
     assert counter(text) >= -(-len(text) // counter.max_token_chars)
+
+
+# Every ASCII class the piece floor tells apart, and where they meet: letters and digits in
+# runs, contractions, marks alone and in runs, each whitespace character (and the separators
+# \x1c-\x1f, which are not whitespace to the pattern), a control character.
+ASCII_CLASSES = st.text(alphabet=st.sampled_from(
+    list("aZq09''sltdmrve.,;-/=$_`\"") + list(" \t\n\r\x0b\x0c") + ["\x1c", "\x1f", "\x00"]),
+    max_size=120)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ASCII_CLASSES | TRICKY | st.text(max_size=80))
+def test_the_piece_floor_never_exceeds_the_count(text):
+    """The window bounds uncounted history by ``piece_floor`` too (index/window_estimate.py):
+    no text may count below it."""
+    assert tokens.piece_floor(text) <= whole(text)
+
+
+def test_the_piece_floor_holds_on_large_outputs_and_is_near_their_count():
+    """On the bench's tool output and on code the bound is most of the count (so it can stand
+    in for counting); on recorded outputs it never exceeds the count."""
+    texts = [bench_output(), Path(tokens.__file__).read_text(), "x" * 300, "." * 5_000]
+    for text in texts:
+        assert tokens.piece_floor(text) <= whole(text)
+    assert tokens.piece_floor(texts[0]) > whole(texts[0]) / 2
+    assert tokens.piece_floor(texts[1]) > whole(texts[1]) / 3
+    # Around a character that is not ASCII a run may go on: each stretch counts two less
+    # ("na", then " ve text, a b c": six runs of letters, less two for each of two stretches).
+    assert tokens.piece_floor("naïve text, a b c") == 6 - 2 * 2
+    assert tokens.piece_floor("字" * 100_000 + "a b") == 0
+
+
+@pytest.mark.parametrize("path", recorded_params())
+def test_the_piece_floor_never_exceeds_the_count_of_recorded_outputs(path):
+    texts: list[str] = []
+    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
+        try:
+            long_strings(json.loads(line), texts, least=20)
+        except json.JSONDecodeError:
+            continue
+    assert texts
+    for text in texts:
+        assert tokens.piece_floor(text) <= whole(text)

@@ -144,6 +144,17 @@ def floored_words(text: str) -> int:
 floored_words.max_token_chars = 7  # type: ignore[attr-defined]
 
 
+def bounded_words(text: str) -> int:
+    """``floored_words`` with a bound of its own, near the count (as cl100k's piece floor is
+    on most outputs): the window raises the newest floors to it while they do not reach the
+    budget."""
+    return words(text)
+
+
+bounded_words.max_token_chars = 7  # type: ignore[attr-defined]
+bounded_words.text_floor = lambda text: max(0, words(text) - 1)  # type: ignore[attr-defined]
+
+
 @settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
@@ -153,16 +164,18 @@ floored_words.max_token_chars = 7  # type: ignore[attr-defined]
     trim=st.one_of(st.none(), st.integers(50, 3_000)),
     distill=st.booleans(),
     steps=st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=3),
+    counter=st.sampled_from([floored_words, bounded_words]),
 )
 def test_counting_to_the_target_with_floors_beyond_answers_as_the_full_computation(
-        tmp_path_factory, sizes, answers, budget, trim, distill, steps):
+        tmp_path_factory, sizes, answers, budget, trim, distill, steps, counter):
     """Before the first cut, views past the trim target carry floors (their length over the
-    longest token) instead of exact counts: every reply and state is the full computation's."""
+    longest token, or the counter's own bound) instead of exact counts: every reply and state
+    is the full computation's."""
     messages = conversation(sizes, answers[: len(sizes)]) + [{"role": "user", "content": "go"}]
     settings_ = ContextSettings(token_budget=budget, distill=DistillConfig(enabled=distill))
 
     def made(home: Path, reference: bool) -> ContextService:
-        svc = ContextService(Ledger(home), settings_, floored_words)
+        svc = ContextService(Ledger(home), settings_, counter)
         svc.reference, svc.spare_seconds = reference, 0.0
         return svc
 
@@ -194,6 +207,59 @@ def test_floors_let_the_first_cut_count_only_back_to_the_target(tmp_path):
     reply = svc.select("s", messages, "pi", token_budget=3 * 460)
     outputs = [t for t in counted if t.startswith("src/mod")]
     assert (reply["mode"], len(outputs)) == ("paged", 3)  # two kept, one crossing
+
+
+@pytest.mark.parametrize("distill", [False, True])
+def test_a_counters_own_bound_stops_counting_where_lengths_alone_do_not(tmp_path, distill):
+    """Lengths over a longest token of 60 characters fall short of the budget; the counter's
+    own bound (its count less one) does not: the first cut then counts fewer outputs, and the
+    reply is the full computation's."""
+    def run(home: Path, bound: bool, reference: bool = False) -> tuple[str, int]:
+        counted: list[str] = []
+
+        def counting(text: str) -> int:
+            counted.append(text)
+            return words(text)
+
+        counting.max_token_chars = 60  # type: ignore[attr-defined]
+        if bound:
+            counting.text_floor = lambda text: max(0, words(text) - 1)  # type: ignore[attr-defined]
+        svc = ContextService(Ledger(home), ContextSettings(
+            token_budget=2_000, distill=DistillConfig(enabled=distill)), counting)
+        svc.reference, svc.spare_seconds = reference, 0.0
+        messages = conversation([40] * 30, [False] * 30) + [{"role": "user", "content": "go"}]
+        reply = outcome(svc, messages=messages, fmt="pi", token_budget=2_000)
+        return reply, len([t for t in counted if t.startswith("src/mod")])
+
+    bounded, fewer = run(tmp_path / "bounded", True)
+    lengths, more = run(tmp_path / "lengths", False)
+    assert bounded == lengths == run(tmp_path / "full", True, True)[0]
+    assert '"mode": "paged"' in bounded and fewer < more
+
+
+def test_a_turn_whose_floor_crosses_the_target_is_not_counted(tmp_path):
+    """The turn that crosses the trim target is left uncounted when its output's floor alone
+    crosses it (its own bound here is its count less one): only the turns the window keeps are
+    counted, and the reply is the full computation's."""
+    def run(home: Path, reference: bool) -> tuple[str, int]:
+        counted: list[str] = []
+
+        def counting(text: str) -> int:
+            counted.append(text)
+            return words(text)
+
+        counting.max_token_chars = 7  # type: ignore[attr-defined]
+        counting.text_floor = lambda text: max(0, words(text) - 1)  # type: ignore[attr-defined]
+        svc = ContextService(Ledger(home), ContextSettings(
+            token_budget=3 * 460, distill=DistillConfig(enabled=False)), counting)
+        svc.reference, svc.spare_seconds = reference, 0.0
+        messages = conversation([40] * 60, [False] * 60) + [{"role": "user", "content": "go"}]
+        reply = outcome(svc, messages=messages, fmt="pi", token_budget=3 * 460)
+        return reply, len([t for t in counted if t.startswith("src/mod")])
+
+    fast, outputs = run(tmp_path / "fast", False)
+    assert fast == run(tmp_path / "full", True)[0]
+    assert '"mode": "paged"' in fast and outputs == 2  # the two kept, not the one crossing
 
 
 def spare_time(svc: ContextService, counts: int | None) -> None:
