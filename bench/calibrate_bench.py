@@ -9,9 +9,10 @@ time) does:
 * ``again + usage``: the same conversation again with the provider's usage of that window (the
   proxy bench's "the same body again, now with the provider's usage": no response follows the
   window's last message, so nothing is calibrated, but usage is given);
-* ``next + usage``: the conversation before its last turn first, then the whole of it with the
-  usage of that window: the response follows, so the request is calibrated (usage 8 % above the
-  window's estimate, so the per-message weights are scaled too).
+* ``next + usage``: the conversation up to its last request first, then with the response (the
+  assistant's tool call) and its output, and the usage of that window: the response follows the
+  window, so the request is calibrated (usage 8 % above the window's estimate, so the
+  per-message weights are scaled too).
 
 Best of ``--repeat`` runs per figure, in this process's CPU time with ``--clock cpu`` (every
 thread, as the machine is shared). ``--before DIR`` times the same figures of another checkout
@@ -49,7 +50,8 @@ def run_once(clock) -> dict[str, float]:
 
     counter = text_counter()
     messages = workload()
-    before_last = messages[:-4] + messages[-1:]  # one turn less, the same active request
+    # the last request, then its response (the assistant's call) and the call's output
+    before_last, with_response = messages[:-3], messages[:-1]
     out: dict[str, float] = {}
 
     def timed(svc, call) -> tuple[float, dict]:
@@ -61,7 +63,7 @@ def run_once(clock) -> dict[str, float]:
         return {"input_tokens": int(reply["estimated_tokens"] * 1.08), "output_tokens": 40}
 
     for figure, first_messages, second_messages in (
-            ("again + usage", messages, messages), ("next + usage", before_last, messages)):
+            ("again + usage", messages, messages), ("next + usage", before_last, with_response)):
         home = Path(tempfile.mkdtemp(prefix="calibrate-bench-"))
         try:
             svc = ContextService(Ledger(home), ContextSettings(token_budget=128_000), counter)

@@ -253,10 +253,14 @@ class _Selector:
         self.groups = group(messages, normalized.atoms, outgoing, roles)
         self.dropped = normalized.dropped
         self.normalized = tuple(itertools.chain.from_iterable(normalized.atoms))
-        raw_input = resident + sum(costs)
         self.raw_full = resident + sum(map(costs.__getitem__, self.normalized))  # same order
         # Computed once from the original input; never after normalization, cuts or snaps.
-        self.c = 0 if measured is None else measured - raw_input
+        # Summed exactly (one rounding, math.fsum): c then depends on the messages' figures only
+        # through their exact total, so a caller may leave messages the window cannot reach
+        # uncounted when it lowers ``context_tokens`` by just as much (docs/selection.md,
+        # "Calibration and the fast path").
+        self.c = 0 if measured is None else math.fsum(
+            (measured, -resident, *map(operator.neg, costs)))
         if measured is None and resident > self.budget:
             raise ContextSelectionError(
                 "RESIDENT_INPUT_TOO_LARGE",

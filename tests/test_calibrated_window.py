@@ -1,0 +1,136 @@
+"""A request that carries the provider's usage counts only what calibration reads.
+
+Calibration reads the exact count of the messages the last window sent and of the response, and
+only the sum of the others; the selector's correction does not depend on that sum
+(paging/calibrate.py). So a calibrated call counts back to the window's reach like any other, and
+must answer exactly as the full computation (``ContextService.reference``: every message counted,
+every output judged) from the same stored state.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+from context_paging.index.ledger import Ledger
+from context_paging.index.window import ContextService, ContextSettings
+from context_paging.paging.calibrate import Anchor, Sent, calibrate, counted_views
+from context_paging.paging.distill import DistillConfig
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_window_cost import conversation, outcome, spare_time, words
+
+
+def made(home: Path, reference: bool, budget: int, distill: bool = True,
+         count=words) -> ContextService:
+    svc = ContextService(Ledger(home), ContextSettings(
+        token_budget=budget, distill=DistillConfig(enabled=distill)), count)
+    svc.reference, svc.spare_seconds = reference, 0.0
+    return svc
+
+
+def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
+    """What a provider might report for the window just sent: its estimate times ``factor``,
+    part of it as cache reads (``split`` percent)."""
+    total = max(1, round(reply["estimated_tokens"] * factor))
+    cached = total * split // 100
+    return {"input_tokens": total - cached, "output_tokens": 7, "cache_read_tokens": cached}
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(0, 90), min_size=3, max_size=16),
+    answers=st.lists(st.booleans(), min_size=16, max_size=16),
+    budget=st.integers(150, 2_500),
+    trim=st.one_of(st.none(), st.integers(50, 2_500)),
+    window=st.one_of(st.none(), st.integers(150, 5_000)),
+    distill=st.booleans(),
+    steps=st.lists(st.tuples(st.integers(0, 4), st.floats(0.3, 2.5), st.integers(0, 100),
+                             st.booleans()), min_size=2, max_size=5),
+    ahead=st.one_of(st.none(), st.integers(0, 20)),
+)
+def test_calibrated_calls_answer_as_the_full_computation(
+        tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead):
+    """Each call grows the conversation (by nothing, the same body again, or by a response and
+    more) and carries usage for the previous window, above or below its estimate: the reply and
+    the state it leaves are the full computation's, with the cut remembered or made afresh."""
+    messages = conversation(sizes, answers[: len(sizes)])
+    home = tmp_path_factory.mktemp("fast")
+    fast = made(home, False, budget, distill)
+    upto, reply = max(1, len(messages) - 3 * len(steps)), None
+    for grow, factor, split, with_usage in steps:
+        upto = min(len(messages), upto + grow)
+        args = {"messages": messages[:upto], "fmt": "pi", "system": "sys",
+                "model_window": window, "token_budget": budget, "trim_to_tokens": trim,
+                "model": "a/b"}
+        if with_usage and reply is not None and "estimated_tokens" in reply:
+            args["usage"] = usage_of(reply, factor, split)
+        copy = tmp_path_factory.mktemp("full")
+        shutil.copytree(home, copy, dirs_exist_ok=True)
+        full = made(copy, True, budget, distill)
+        answer = outcome(fast, **args)
+        assert answer == outcome(full, **args)
+        reply = fast.latest.get("ledger:s")
+        spare_time(fast, ahead)
+
+
+def test_a_calibrated_call_counts_only_what_the_window_and_calibration_read(tmp_path):
+    """Thirty large outputs, a budget of about four turns: with the provider's usage the next
+    call counts the turns the window can reach, the messages the last window sent and the
+    response, not the outputs far behind the cut; its answer is the full computation's."""
+    counted: list[str] = []
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return words(text)
+
+    messages = conversation([60] * 30, [False] * 30)
+    before, after = messages[:-2], messages  # then the response and its output
+    fast = made(tmp_path / "fast", False, 1_200, count=counting)
+    first = fast.select("s", before, "pi", token_budget=1_200)
+    assert first["mode"] == "paged"
+    shutil.copytree(tmp_path / "fast", tmp_path / "full")
+    full = made(tmp_path / "full", True, 1_200)
+    usage = usage_of(first, 1.13, 40)
+    counted.clear()
+    reply = fast.select("s", after, "pi", token_budget=1_200, usage=usage)
+    assert reply == full.select("s", after, "pi", token_budget=1_200, usage=usage)
+    assert fast.latest["ledger:s"]["calibrated"] is True
+    outputs = [t for t in counted if t.startswith("src/mod")]
+    assert len(outputs) <= 6  # the new output and the ones the window reaches; not all 30
+
+
+def test_uncounted_views_leave_the_correction_as_their_counts_would():
+    """``E − R' − Σ weights`` summed exactly is the same whether the views the last window did
+    not send carry their counts or 0, since they enter both sides alike."""
+    keys = ["u0", "a0", "t0", "u1", "a1", "t1", "a2"]
+    roles = ["user", "assistant", "toolResult", "user", "assistant", "toolResult", "assistant"]
+    tokens = [11.0, 3.0, 4_000.0, 9.0, 5.0, 700.0, 6.0]
+    anchor = Anchor((Sent(None, 40.0), Sent("u1", 9.0), Sent("a1", 5.0), Sent("t1", 700.0)),
+                    120.0)
+    usage = {"input_tokens": 1_013, "output_tokens": 2}
+    whole = calibrate(anchor, keys, tokens, roles, [False] * 7, 125.0, usage)
+    assert counted_views(anchor, keys, roles) == {3, 4, 5, 6}
+    partial = list(tokens)
+    partial[0] = partial[2] = 0.0
+    lazy = calibrate(anchor, keys, partial, roles, [False] * 7, 125.0, usage, {0, 2})
+    assert whole is not None and lazy is not None and lazy.exact
+    assert whole.token_estimates is not None and lazy.token_estimates is not None
+
+    def correction(c) -> float:
+        w = c.token_estimates
+        return math.fsum((c.context_tokens, -w.resident_tokens,
+                          *(-x for x in w.message_tokens)))
+
+    assert correction(lazy) == correction(whole)
+    assert lazy.context_tokens == whole.context_tokens - 4_011
+    # a view calibration reads exactly, left uncounted: not exact
+    sent_uncounted = calibrate(anchor, keys, partial, roles, [False] * 7, 125.0, usage, {0, 5})
+    assert sent_uncounted is not None and not sent_uncounted.exact
+    # usage that is not a whole number is not summed exactly
+    odd = calibrate(anchor, keys, partial, roles, [False] * 7, 125.0,
+                    {"input_tokens": 1_013.5}, {0, 2})
+    assert odd is not None and not odd.exact
