@@ -334,7 +334,7 @@ class ContextService:
                 raise
             selection = None
         if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)
-                     or not _calibrated_alike(call, calibration, selection)):
+                     or not _calibrated_alike(calibration, selection, lazy)):
             if first.floored:  # the floors were not enough: count to the reach, as without them
                 estimates, lazy = self.estimate(call, shown)
                 return self.select_window(call, _Chosen(
@@ -358,7 +358,7 @@ class ContextService:
             cut = selection
             selection = self._selector(call, shown, estimates, calibration)
             if lazy and (not lazy.isdisjoint(selection.indexes)
-                         or not _calibrated_alike(call, calibration, selection)):
+                         or not _calibrated_alike(calibration, selection, lazy)):
                 return self.select_window(call, self._everything(call, shown))
             if (cut.cut_state != call.cut_state and selection.cut_state == call.cut_state
                     and selection.estimated_tokens > selection.target_tokens):
@@ -567,26 +567,23 @@ def _keys(request: Request, distilled: dict[int, Distilled]) -> list[str | None]
     return keys
 
 
-def _calibrated_alike(call: _Call, calibration: Calibration | None,
-                      selection: Selection) -> bool:
-    """Whether a window chosen under ``calibration`` with views left uncounted is the one
-    every view counted gives, provided it kept none of them.
+def _calibrated_alike(calibration: Calibration | None, selection: Selection,
+                      lazy: set[int]) -> bool:
+    """Whether a window chosen under ``calibration`` with the ``lazy`` views left uncounted
+    is the one every view counted gives, provided it kept none of them.
 
     Without calibration, or without per-message weights, every figure is a whole number, the
     sums are exact and the uncounted views only lower them (``select_window`` says why that
     suffices). Weights make the sums fractions: a sum over the views a cut looks at rounds
-    differently when one of them is uncounted, even one it evicts. A remembered cut that stays
-    where it was looked only at the views after it, and kept them all; any other window is
-    chosen again with every view counted. The correction itself is the same either way when
-    the calibration is ``exact`` (paging/calibrate.py)."""
+    differently when one of them is uncounted, even one it evicts. So the window stands only
+    when the cut looked at none of them (a remembered cut looks only at the views after it);
+    else it is chosen again with every view counted. The correction itself is the same either
+    way when the calibration is ``exact`` (paging/calibrate.py)."""
     if calibration is None:
         return True
     if not calibration.exact:
         return False
-    if calibration.token_estimates is None:
-        return True
-    return (call.cut_state is not None and selection.fallback_reason is None
-            and selection.cut_state == call.cut_state)
+    return calibration.token_estimates is None or max(lazy) < selection.looked_from
 
 
 def _evicted(request: Request, selection: Selection) -> int:
