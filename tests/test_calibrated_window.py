@@ -48,7 +48,7 @@ def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
     trim=st.one_of(st.none(), st.integers(50, 2_500)),
     window=st.one_of(st.none(), st.integers(150, 5_000)),
     distill=st.booleans(),
-    steps=st.lists(st.tuples(st.integers(0, 4), st.floats(0.3, 2.5), st.integers(0, 100),
+    steps=st.lists(st.tuples(st.integers(0, 12), st.floats(0.3, 2.5), st.integers(0, 100),
                              st.booleans()), min_size=2, max_size=5),
     ahead=st.one_of(st.none(), st.integers(0, 20)),
 )
@@ -101,6 +101,24 @@ def test_a_calibrated_call_counts_only_what_the_window_and_calibration_read(tmp_
     assert fast.latest["ledger:s"]["calibrated"] is True
     outputs = [t for t in counted if t.startswith("src/mod")]
     assert len(outputs) <= 6  # the new output and the ones the window reaches; not all 30
+
+
+def test_a_first_cut_under_scaled_weights_is_chosen_on_every_count(tmp_path):
+    """The window was whole; the next request, with usage above its estimate (so the weights
+    are scaled fractions), brings many turns at once and is cut for the first time. That cut
+    looks at the oldest views, which the reach leaves uncounted: a sum of fractions over them
+    rounds differently with 0 in their place, so the window is chosen again on every count."""
+    messages = conversation([30] * 24, [True] * 24)
+    fast = made(tmp_path / "fast", False, 2_000)
+    first = fast.select("s", messages[:10], "pi", token_budget=2_000)
+    assert first["mode"] == "within_budget"
+    shutil.copytree(tmp_path / "fast", tmp_path / "full")
+    full = made(tmp_path / "full", True, 2_000)
+    usage = usage_of(first, 1.37, 0)
+    reply = fast.select("s", messages, "pi", token_budget=2_000, usage=usage)
+    assert reply == full.select("s", messages, "pi", token_budget=2_000, usage=usage)
+    assert reply["mode"] == "paged" and fast.latest["ledger:s"]["calibrated"] is True
+    assert fast.ledger.load_state("s") == full.ledger.load_state("s")
 
 
 def test_uncounted_views_leave_the_correction_as_their_counts_would():
