@@ -110,7 +110,7 @@ def test_a_first_cut_under_scaled_weights_is_chosen_on_every_count(tmp_path):
     rounds differently with 0 in their place, so the window is chosen again on every count."""
     messages = conversation([30] * 24, [True] * 24)
     fast = made(tmp_path / "fast", False, 2_000)
-    first = fast.select("s", messages[:10], "pi", token_budget=2_000)
+    first = fast.select("s", messages[:11], "pi", token_budget=2_000)
     assert first["mode"] == "within_budget"
     shutil.copytree(tmp_path / "fast", tmp_path / "full")
     full = made(tmp_path / "full", True, 2_000)
