@@ -11,7 +11,8 @@ One call (docs/host-protocol.md, "The call") reads its request once (``paging.re
    where the window can reach (``index.window_estimate``); before the first cut, only back to
    the trim target while the older views' floors show the budget is exceeded;
 4. **calibrate** — the host's ``usage`` for the latest response corrects them
-   (``paging.calibrate``);
+   (``paging.calibrate``), counting first the uncounted views it reads one by one (what the last
+   window sent, the response);
 5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger
    answering its history questions (``index.history.LedgerHistory``) and the session's
    remembered cut; recounted in full if the window reached an uncounted view, and once more if
@@ -319,12 +320,13 @@ class ContextService:
 
     def select_window(self, call: _Call, first: _Chosen) -> _Chosen:
         """The window (the "select" step). Uncounted views carry 0, never more than their real
-        estimate, and the selector only compares sums of estimates against limits (no
-        calibration here: it needs usage, and with usage everything is counted). So any
-        comparison that fails on these figures fails on the exact ones too. If the window kept
-        an uncounted view, or the selector raised (its message prints a sum), everything is
-        counted (and judged) and the window chosen again. Held edits that land are then sent
-        in one re-write."""
+        estimate, and the selector only compares sums of estimates against limits (plus a
+        calibration's correction, which is the same whatever the uncounted views count:
+        paging/calibrate.py). So any comparison that fails on these figures fails on the exact
+        ones too. If the window kept an uncounted view, or the selector raised (its message
+        prints a sum), or scaled weights met an uncounted view (:func:`_calibrated_alike`),
+        everything is counted (and judged) and the window chosen again. Held edits that land
+        are then sent in one re-write."""
         shown, estimates, lazy, calibration = (first.shown, first.estimates, first.lazy,
                                                first.calibration)
         try:
