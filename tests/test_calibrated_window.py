@@ -51,13 +51,20 @@ def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
     steps=st.lists(st.tuples(st.integers(0, 12), st.floats(0.3, 2.5), st.integers(0, 100),
                              st.booleans()), min_size=2, max_size=5),
     ahead=st.one_of(st.none(), st.integers(0, 20)),
+    note=st.one_of(st.none(), st.integers(0, 15)),
 )
 def test_calibrated_calls_answer_as_the_full_computation(
-        tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead):
+        tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead, note):
     """Each call grows the conversation (by nothing, the same body again, or by a response and
     more) and carries usage for the previous window, above or below its estimate: the reply and
-    the state it leaves are the full computation's, with the cut remembered or made afresh."""
+    the state it leaves are the full computation's, with the cut remembered or made afresh.
+    ``note``: a system message before one of the requests (the selector costs it 0, calibration
+    counts it)."""
     messages = conversation(sizes, answers[: len(sizes)])
+    if note is not None:
+        requests = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        messages.insert(requests[note % len(requests)], {"role": "system", "content": [
+            {"type": "text", "text": f"system note {note}: " + "keep going " * note}]})
     home = tmp_path_factory.mktemp("fast")
     fast = made(home, False, budget, distill)
     upto, reply = max(1, len(messages) - 3 * len(steps)), None
