@@ -24,9 +24,9 @@ from tests.test_window_cost import conversation, outcome, spare_time, words
 
 
 def made(home: Path, reference: bool, budget: int, distill: bool = True,
-         count=words) -> ContextService:
+         count=words, estimator: str = "tiktoken") -> ContextService:
     svc = ContextService(Ledger(home), ContextSettings(
-        token_budget=budget, distill=DistillConfig(enabled=distill)), count)
+        token_budget=budget, estimator=estimator, distill=DistillConfig(enabled=distill)), count)
     svc.reference, svc.spare_seconds = reference, 0.0
     return svc
 
@@ -52,21 +52,23 @@ def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
                              st.booleans()), min_size=2, max_size=5),
     ahead=st.one_of(st.none(), st.integers(0, 20)),
     note=st.one_of(st.none(), st.integers(0, 15)),
+    estimator=st.sampled_from(["tiktoken", "chars4"]),
 )
 def test_calibrated_calls_answer_as_the_full_computation(
-        tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead, note):
+        tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead, note,
+        estimator):
     """Each call grows the conversation (by nothing, the same body again, or by a response and
     more) and carries usage for the previous window, above or below its estimate: the reply and
     the state it leaves are the full computation's, with the cut remembered or made afresh.
-    ``note``: a system message before one of the requests (the selector costs it 0, calibration
-    counts it)."""
+    ``note``: a system message before one of the requests (the selector costs it 0; characters/4
+    estimates it, so calibration reads its own count)."""
     messages = conversation(sizes, answers[: len(sizes)])
     if note is not None:
         requests = [i for i, m in enumerate(messages) if m["role"] == "user"]
         messages.insert(requests[note % len(requests)], {"role": "system", "content": [
             {"type": "text", "text": f"system note {note}: " + "keep going " * note}]})
     home = tmp_path_factory.mktemp("fast")
-    fast = made(home, False, budget, distill)
+    fast = made(home, False, budget, distill, estimator=estimator)
     upto, reply = max(1, len(messages) - 3 * len(steps)), None
     for grow, factor, split, with_usage in steps:
         upto = min(len(messages), upto + grow)
@@ -77,7 +79,7 @@ def test_calibrated_calls_answer_as_the_full_computation(
             args["usage"] = usage_of(reply, factor, split)
         copy = tmp_path_factory.mktemp("full")
         shutil.copytree(home, copy, dirs_exist_ok=True)
-        full = made(copy, True, budget, distill)
+        full = made(copy, True, budget, distill, estimator=estimator)
         answer = outcome(fast, **args)
         assert answer == outcome(full, **args)
         reply = fast.latest.get("ledger:s")
