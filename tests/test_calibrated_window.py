@@ -112,6 +112,22 @@ def test_a_calibrated_call_counts_only_what_the_window_and_calibration_read(tmp_
     assert len(outputs) <= 6  # the new output and the ones the window reaches; not all 30
 
 
+def test_a_system_message_far_behind_the_cut_is_counted_for_calibration(tmp_path):
+    """Characters/4 estimates a system message; the selector costs it 0 (resident input). So
+    its own count, not only the sum, enters the correction: it is counted even far behind the
+    cut, and the reply is the full computation's."""
+    messages = conversation([60] * 30, [False] * 30)
+    messages.insert(3, {"role": "system", "content": [{"type": "text", "text": "note " * 40}]})
+    fast = made(tmp_path / "fast", False, 1_200, estimator="chars4")
+    first = fast.select("s", messages[:-2], "pi", token_budget=1_200)
+    shutil.copytree(tmp_path / "fast", tmp_path / "full")
+    full = made(tmp_path / "full", True, 1_200, estimator="chars4")
+    usage = usage_of(first, 1.21, 10)
+    reply = fast.select("s", messages, "pi", token_budget=1_200, usage=usage)
+    assert reply == full.select("s", messages, "pi", token_budget=1_200, usage=usage)
+    assert fast.latest["ledger:s"]["calibrated"] is True
+
+
 def test_a_first_cut_under_scaled_weights_is_chosen_on_every_count(tmp_path):
     """The window was whole; the next request, with usage above its estimate (so the weights
     are scaled fractions), brings many turns at once and is cut for the first time. That cut
