@@ -20,7 +20,7 @@ from context_paging.paging.distill import DistillConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_window_cost import conversation, outcome, spare_time, words
+from tests.test_window_cost import conversation, floored_words, outcome, spare_time, words
 
 
 def made(home: Path, reference: bool, budget: int, distill: bool = True,
@@ -52,7 +52,7 @@ def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
                              st.booleans()), min_size=2, max_size=5),
     ahead=st.one_of(st.none(), st.integers(0, 20)),
     note=st.one_of(st.none(), st.integers(0, 15)),
-    estimator=st.sampled_from(["tiktoken", "chars4"]),
+    estimator=st.sampled_from(["tiktoken", "floors", "chars4"]),
 )
 def test_calibrated_calls_answer_as_the_full_computation(
         tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead, note,
@@ -61,14 +61,17 @@ def test_calibrated_calls_answer_as_the_full_computation(
     more) and carries usage for the previous window, above or below its estimate: the reply and
     the state it leaves are the full computation's, with the cut remembered or made afresh.
     ``note``: a system message before one of the requests (the selector costs it 0; characters/4
-    estimates it, so calibration reads its own count)."""
+    estimates it, so calibration reads its own count). ``floors``: a counter that says its
+    longest token, so views past the target carry floors before the first cut."""
+    count = floored_words if estimator == "floors" else words
+    estimator = "chars4" if estimator == "chars4" else "tiktoken"
     messages = conversation(sizes, answers[: len(sizes)])
     if note is not None:
         requests = [i for i, m in enumerate(messages) if m["role"] == "user"]
         messages.insert(requests[note % len(requests)], {"role": "system", "content": [
             {"type": "text", "text": f"system note {note}: " + "keep going " * note}]})
     home = tmp_path_factory.mktemp("fast")
-    fast = made(home, False, budget, distill, estimator=estimator)
+    fast = made(home, False, budget, distill, count, estimator)
     upto, reply = max(1, len(messages) - 3 * len(steps)), None
     for grow, factor, split, with_usage in steps:
         upto = min(len(messages), upto + grow)
@@ -79,7 +82,7 @@ def test_calibrated_calls_answer_as_the_full_computation(
             args["usage"] = usage_of(reply, factor, split)
         copy = tmp_path_factory.mktemp("full")
         shutil.copytree(home, copy, dirs_exist_ok=True)
-        full = made(copy, True, budget, distill, estimator=estimator)
+        full = made(copy, True, budget, distill, count, estimator)
         answer = outcome(fast, **args)
         assert answer == outcome(full, **args)
         reply = fast.latest.get("ledger:s")
