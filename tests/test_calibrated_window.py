@@ -31,6 +31,23 @@ def made(home: Path, reference: bool, budget: int, distill: bool = True,
     return svc
 
 
+def anthropic(messages: list[dict]) -> list[dict]:
+    """``conversation``'s Pi messages as an Anthropic Messages API conversation."""
+    out: list[dict] = []
+    for m in messages:
+        if m["role"] == "user":
+            out.append({"role": "user", "content": m["content"]})
+        elif m["role"] == "toolResult":
+            out.append({"role": "user", "content": [{
+                "type": "tool_result", "tool_use_id": m["toolCallId"],
+                "content": m["content"][0]["text"]}]})
+        elif m["role"] == "assistant":
+            out.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": b["id"], "name": b["name"], "input": b["arguments"]}
+                if b["type"] == "toolCall" else b for b in m["content"]]})
+    return out
+
+
 def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
     """What a provider might report for the window just sent: its estimate times ``factor``,
     part of it as cache reads (``split`` percent)."""
@@ -53,29 +70,36 @@ def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
     ahead=st.one_of(st.none(), st.integers(0, 20)),
     note=st.one_of(st.none(), st.integers(0, 15)),
     estimator=st.sampled_from(["tiktoken", "floors", "chars4"]),
+    fmt=st.sampled_from(["pi", "anthropic"]),
 )
 def test_calibrated_calls_answer_as_the_full_computation(
         tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead, note,
-        estimator):
+        estimator, fmt):
     """Each call grows the conversation (by nothing, the same body again, or by a response and
     more) and carries usage for the previous window, above or below its estimate: the reply and
     the state it leaves are the full computation's, with the cut remembered or made afresh.
     ``note``: a system message before one of the requests (the selector costs it 0; characters/4
     estimates it, so calibration reads its own count). ``floors``: a counter that says its
-    longest token, so views past the target carry floors before the first cut."""
+    longest token, so views past the target carry floors before the first cut. The same in
+    Anthropic's format (there a system message is resident input, not a view)."""
     count = floored_words if estimator == "floors" else words
     estimator = "chars4" if estimator == "chars4" else "tiktoken"
     messages = conversation(sizes, answers[: len(sizes)])
-    if note is not None:
+    if note is not None and fmt == "pi":
         requests = [i for i, m in enumerate(messages) if m["role"] == "user"]
         messages.insert(requests[note % len(requests)], {"role": "system", "content": [
             {"type": "text", "text": f"system note {note}: " + "keep going " * note}]})
+    # where a request may end: not between a tool call and its result
+    ends = [i for i in range(1, len(messages) + 1)
+            if messages[i - 1].get("stopReason") != "toolUse"]
+    if fmt == "anthropic":
+        messages = anthropic(messages)
     home = tmp_path_factory.mktemp("fast")
     fast = made(home, False, budget, distill, count, estimator)
-    upto, reply = max(1, len(messages) - 3 * len(steps)), None
+    upto, reply = len(messages) // 2, None
     for grow, factor, split, with_usage in steps:
-        upto = min(len(messages), upto + grow)
-        args = {"messages": messages[:upto], "fmt": "pi", "system": "sys",
+        upto = next((e for e in ends if e >= upto + grow), len(messages))
+        args = {"messages": messages[:upto], "fmt": fmt, "system": "sys",
                 "model_window": window, "token_budget": budget, "trim_to_tokens": trim,
                 "model": "a/b"}
         if with_usage and reply is not None and "estimated_tokens" in reply:
