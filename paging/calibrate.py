@@ -122,12 +122,14 @@ def counted_views(anchor: Anchor | None, keys: Sequence[str | None],
     response, and system messages (of every other view it reads only the sum)."""
     if anchor is None:
         return set()
-    wanted = {i for i, role in enumerate(roles) if role == "system"}
+    sent = {s.key for s in anchor.sent if s.key is not None}
+    wanted = {i for i, (key, role) in enumerate(zip(keys, roles, strict=True))
+              if role == "system" or key in sent}
     places = _places(anchor, keys)
     if places is None:
         return wanted
     response = _response(places, keys, roles)
-    return wanted | set(places) | ({response} if response is not None else set())
+    return wanted | ({response} if response is not None else set())
 
 
 def calibrate(
@@ -160,8 +162,8 @@ def calibrate(
         return None
     exact = estimate >= 0 and _whole(total, sent_tokens, resident, anchor.resident, estimate)
     if exact and uncounted:
-        matched = set(places)
-        exact = not any(i in matched or i == response or roles[i] == "system"
+        sent = {s.key for s in anchor.sent if s.key is not None}
+        exact = not any(keys[i] in sent or i == response or roles[i] == "system"
                         for i in uncounted)
     estimate = max(0.0, estimate)
 
