@@ -11,7 +11,8 @@ One call (docs/host-protocol.md, "The call") reads its request once (``paging.re
    where the window can reach (``index.window_estimate``); before the first cut, only back to
    the trim target while the older views' floors show the budget is exceeded;
 4. **calibrate** — the host's ``usage`` for the latest response corrects them
-   (``paging.calibrate``);
+   (``paging.calibrate``), counting first the uncounted views it reads one by one (what the last
+   window sent, the response);
 5. **select** (``select_window``) — the pure selector (``paging.select``) with the ledger
    answering its history questions (``index.history.LedgerHistory``) and the session's
    remembered cut; recounted in full if the window reached an uncounted view, and once more if
@@ -49,7 +50,7 @@ from context_paging.index.window_distill import (
 from context_paging.index.window_estimate import Estimates, spare_core
 from context_paging.index.window_state import Latest, SessionState
 from context_paging.paging.cache_cost import horizon, prices_for
-from context_paging.paging.calibrate import Anchor, Calibration, Sent, calibrate
+from context_paging.paging.calibrate import Anchor, Calibration, Sent, calibrate, counted_views
 from context_paging.paging.distill import Decision, DistillConfig, Judge, LocalJudge, summarize
 from context_paging.paging.distill.plan import Plan
 from context_paging.paging.formats import FORMATS, FormatError, render, to_views
@@ -210,7 +211,7 @@ class ContextService:
                           trim_to_tokens, usage, judge)
         shown = self.distill(call)
         estimates, lazy, floored = self.first_estimate(call, shown)
-        calibration = self.calibrate(call, shown, estimates)
+        calibration = self.calibrate(call, shown, estimates, lazy)
         chosen = self.select_window(call, _Chosen(None, shown, estimates, lazy, calibration,
                                                   floored))
         reply = self.render(call, chosen)
@@ -240,9 +241,8 @@ class ContextService:
         trim = trim_to_tokens if trim_to_tokens is not None else (
             self.settings.trim_to_tokens if token_budget is None else None)
         # Count exactly only back to where the window can reach (the largest limit the
-        # selector compares with); calibration sums every message, so it counts them all.
-        reach = None if self.reference or usage is not None else _reach(budget, trim,
-                                                                         model_window)
+        # selector compares with); calibration counts what else it reads (:meth:`calibrate`).
+        reach = None if self.reference else _reach(budget, trim, model_window)
         state = SessionState.from_dict(self.ledger.load_state(ledger.ref))
         settings = (model, model_window)
         first_reach = None
@@ -296,23 +296,38 @@ class ContextService:
             return self.estimates.views(call.request, shown.distilled)
         return self.estimates.views(call.request, shown.distilled, call.reach, shown.deferred)
 
-    def calibrate(self, call: _Call, shown: _Shown,
-                  estimates: list[float]) -> Calibration | None:
+    def calibrate(self, call: _Call, shown: _Shown, estimates: list[float],
+                  lazy: set[int] | None = None) -> Calibration | None:
         """The estimates corrected by the host's usage of the latest response, against what
-        the last window sent (None without usage or a matching anchor)."""
-        return calibrate(call.state.anchor_for(call.settings),
-                         _keys(call.request, shown.distilled), estimates,
-                         list(call.request.roles), list(call.request.interrupted),
-                         call.resident, call.usage)
+        the last window sent (None without usage or a matching anchor).
+
+        Of the views left uncounted (``lazy``), the ones whose own count calibration reads
+        (``paging.calibrate.counted_views``: what the last window sent, the response) are
+        counted here, in ``estimates`` and out of ``lazy``; the rest enter only through their
+        sum, which the selector's correction does not depend on (``Calibration.exact``)."""
+        anchor = call.state.anchor_for(call.settings)
+        if call.usage is None or anchor is None:
+            return None
+        keys = _keys(call.request, shown.distilled)
+        roles = call.request.roles
+        if lazy:
+            for index in counted_views(anchor, keys, roles) & lazy - shown.deferred:
+                value = self.estimates.view(index, call.request, shown.distilled)
+                assert value is not None
+                estimates[index] = value
+                lazy.discard(index)
+        return calibrate(anchor, keys, estimates, list(roles), list(call.request.interrupted),
+                         call.resident, call.usage, lazy or ())
 
     def select_window(self, call: _Call, first: _Chosen) -> _Chosen:
         """The window (the "select" step). Uncounted views carry 0, never more than their real
-        estimate, and the selector only compares sums of estimates against limits (no
-        calibration here: it needs usage, and with usage everything is counted). So any
-        comparison that fails on these figures fails on the exact ones too. If the window kept
-        an uncounted view, or the selector raised (its message prints a sum), everything is
-        counted (and judged) and the window chosen again. Held edits that land are then sent
-        in one re-write."""
+        estimate, and the selector only compares sums of estimates against limits (plus a
+        calibration's correction, which is the same whatever the uncounted views count:
+        paging/calibrate.py). So any comparison that fails on these figures fails on the exact
+        ones too. If the window kept an uncounted view, or the selector raised (its message
+        prints a sum), or scaled weights met an uncounted view (:func:`_calibrated_alike`),
+        everything is counted (and judged) and the window chosen again. Held edits that land
+        are then sent in one re-write."""
         shown, estimates, lazy, calibration = (first.shown, first.estimates, first.lazy,
                                                first.calibration)
         try:
@@ -321,12 +336,13 @@ class ContextService:
             if not lazy:
                 raise
             selection = None
-        if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)):
+        if lazy and (selection is None or not lazy.isdisjoint(selection.indexes)
+                     or not _calibrated_alike(calibration, selection, lazy)):
             if first.floored:  # the floors were not enough: count to the reach, as without them
                 estimates, lazy = self.estimate(call, shown)
                 return self.select_window(call, _Chosen(
-                    None, shown, estimates, lazy, self.calibrate(call, shown, estimates)))
-            return self.select_window(call, self._everything(call, shown, calibration))
+                    None, shown, estimates, lazy, self.calibrate(call, shown, estimates, lazy)))
+            return self.select_window(call, self._everything(call, shown))
         assert selection is not None
         landed = self._landing(call, shown, selection)
         if landed:  # one re-write carries every edit that lands: select again with them
@@ -341,12 +357,12 @@ class ContextService:
             # start; if it keeps none, their real sizes cannot change it (see the docstring).
             deferred = bool(shown.deferred) and call.reach is not None
             estimates, lazy = self.estimate(call, shown, lazy_allowed=deferred)
-            calibration = self.calibrate(call, shown, estimates)
+            calibration = self.calibrate(call, shown, estimates, lazy)
             cut = selection
             selection = self._selector(call, shown, estimates, calibration)
-            if lazy and not lazy.isdisjoint(selection.indexes):
-                return self.select_window(call, self._everything(call, shown,
-                                                                 first.calibration))
+            if lazy and (not lazy.isdisjoint(selection.indexes)
+                         or not _calibrated_alike(calibration, selection, lazy)):
+                return self.select_window(call, self._everything(call, shown))
             if (cut.cut_state != call.cut_state and selection.cut_state == call.cut_state
                     and selection.estimated_tokens > selection.target_tokens):
                 # The edits only just fit the window under its budget: the cut would follow
@@ -356,15 +372,14 @@ class ContextService:
                 selection = replace(cut, estimated_tokens=cut.estimated_tokens - saved)
         return _Chosen(selection, shown, estimates, lazy, calibration)
 
-    def _everything(self, call: _Call, shown: _Shown,
-                    calibration: Calibration | None) -> _Chosen:
+    def _everything(self, call: _Call, shown: _Shown) -> _Chosen:
         """The window's input with every view counted, and every output judged when some were
-        left unjudged (the full pass, from scratch): chosen on it, no window keeps a lower
-        bound, so :meth:`select_window` needs no second look."""
+        left unjudged (the full pass, from scratch), calibrated on those counts: chosen on it,
+        no window keeps a lower bound, so :meth:`select_window` needs no second look."""
         if shown.deferred:
             shown = self.distill(call, full=True)
         estimates, lazy = self.estimate(call, shown, lazy_allowed=False)
-        return _Chosen(None, shown, estimates, lazy, calibration)
+        return _Chosen(None, shown, estimates, lazy, self.calibrate(call, shown, estimates))
 
     def _selector(self, call: _Call, shown: _Shown, estimates: list[float],
                   calibration: Calibration | None) -> Selection:
@@ -553,6 +568,25 @@ def _keys(request: Request, distilled: dict[int, Distilled]) -> list[str | None]
         if keys[index] is not None:
             keys[index] = f"{keys[index]}~{shown.key}"
     return keys
+
+
+def _calibrated_alike(calibration: Calibration | None, selection: Selection,
+                      lazy: set[int]) -> bool:
+    """Whether a window chosen under ``calibration`` with the ``lazy`` views left uncounted
+    is the one every view counted gives, provided it kept none of them.
+
+    Without calibration, or without per-message weights, every figure is a whole number, the
+    sums are exact and the uncounted views only lower them (``select_window`` says why that
+    suffices). Weights make the sums fractions: a sum over the views a cut looks at rounds
+    differently when one of them is uncounted, even one it evicts. So the window stands only
+    when the cut looked at none of them (a remembered cut looks only at the views after it);
+    else it is chosen again with every view counted. The correction itself is the same either
+    way when the calibration is ``exact`` (paging/calibrate.py)."""
+    if calibration is None:
+        return True
+    if not calibration.exact:
+        return False
+    return calibration.token_estimates is None or max(lazy) < selection.looked_from
 
 
 def _evicted(request: Request, selection: Selection) -> int:

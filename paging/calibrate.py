@@ -17,6 +17,14 @@ local estimate and whether it is persistent history) and, on the next call:
    (first observation ``surplus · R / (R + scalable)``, later ``min(previous, surplus)``) and a
    scale on the persistent messages, so an evicted message removes its own scaled cost.
 
+What it reads of the messages (:func:`counted_views`): the exact count of each message the last
+window sent, of the response and of system messages (the selector costs those 0), and the sum of
+all the others. The selector's correction ``c = E − R' − Σ weights`` does not depend on that sum:
+an other message adds its count to ``E`` and its unscaled count to the weights alike. So a message
+left uncounted (a lower bound, 0 or a floor) gives the same ``c`` as its count would, when both are
+summed exactly: the figures are integers here (:attr:`Calibration.exact` says when), and the
+selector sums ``c`` with one rounding.
+
 Changed from upstream (docs/selection.md, "Differences from upstream"): W5 — when a response shows
 no surplus, the remembered overhead is kept instead of collapsing to 0 (a later undercount is then
 still split, not blamed on messages alone); W6 — weights do not depend on an exact match between two
@@ -25,7 +33,7 @@ provider totals: here the provider total is the usage itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +74,13 @@ class Calibration:
     context_tokens: float
     token_estimates: TokenEstimates | None
     overhead: float
+    # Whether the selector's correction is the one every view counted would give: no view read
+    # exactly was left uncounted, every figure is a whole number (summed without rounding),
+    # and the estimate needed no clamp at 0 (the uncounted views only raise it).
+    exact: bool = True
+
+
+_EXACT = float(2**53)  # whole numbers below this add up without rounding
 
 
 def usage_total(usage: Any) -> float | None:
@@ -83,6 +98,40 @@ def usage_total(usage: Any) -> float | None:
     return total if 0 < total < float("inf") else None
 
 
+def _places(anchor: Anchor, keys: Sequence[str | None]) -> list[int] | None:
+    """Where the sent persistent messages are in the current request, in order, or None."""
+    sent_keys = [s.key for s in anchor.sent if s.key is not None]
+    if not sent_keys:
+        return None
+    position = {key: i for i, key in enumerate(keys) if key is not None}
+    places = [position.get(key) for key in sent_keys]
+    if any(p is None for p in places) or places != sorted(places):  # type: ignore[type-var]
+        return None
+    return places  # type: ignore[return-value]
+
+
+def _response(places: Sequence[int], keys: Sequence[str | None],
+              roles: Sequence[str]) -> int | None:
+    return next((i for i in range(places[-1] + 1, len(keys))
+                 if roles[i] == "assistant" and keys[i] is not None), None)
+
+
+def counted_views(anchor: Anchor | None, keys: Sequence[str | None],
+                  roles: Sequence[str]) -> set[int]:
+    """The views whose own count :func:`calibrate` reads: the ones the last window sent, the
+    response, and system messages (of every other view it reads only the sum)."""
+    if anchor is None:
+        return set()
+    sent = {s.key for s in anchor.sent if s.key is not None}
+    wanted = {i for i, (key, role) in enumerate(zip(keys, roles, strict=True))
+              if role == "system" or key in sent}
+    places = _places(anchor, keys)
+    if places is None:
+        return wanted
+    response = _response(places, keys, roles)
+    return wanted | ({response} if response is not None else set())
+
+
 def calibrate(
     anchor: Anchor | None,
     keys: Sequence[str | None],
@@ -91,35 +140,38 @@ def calibrate(
     interrupted: Sequence[bool],
     resident: float,
     usage: Any,
+    uncounted: Collection[int] = (),
 ) -> Calibration | None:
-    """The provider-backed estimate of the current request, or None (heuristics then apply)."""
+    """The provider-backed estimate of the current request, or None (heuristics then apply).
+
+    ``uncounted``: views whose figure in ``tokens`` is a lower bound, not a count (the module
+    docstring says why the result's correction stays the same; ``exact`` is false when it may
+    not)."""
     total = usage_total(usage)
     if anchor is None or total is None:
         return None
-    sent_keys = [s.key for s in anchor.sent if s.key is not None]
-    if not sent_keys:
+    places = _places(anchor, keys)
+    if places is None:
         return None
-    position = {key: i for i, key in enumerate(keys) if key is not None}
-    places = [position.get(key) for key in sent_keys]
-    if any(p is None for p in places) or places != sorted(places):  # type: ignore[type-var]
-        return None
-    last_sent = places[-1]
-    assert last_sent is not None
-    response = next((i for i in range(last_sent + 1, len(keys))
-                     if roles[i] == "assistant" and keys[i] is not None), None)
+    response = _response(places, keys, roles)
     if response is None or interrupted[response]:
         return None
     sent_tokens = sum(s.tokens for s in anchor.sent)
     estimate = total + sum(tokens) - sent_tokens - tokens[response] + resident - anchor.resident
     if not estimate == estimate or estimate in (float("inf"), float("-inf")):  # NaN / inf
         return None
+    exact = estimate >= 0 and _whole(total, sent_tokens, resident, anchor.resident, estimate)
+    if exact and uncounted:
+        sent = {s.key for s in anchor.sent if s.key is not None}
+        exact = not any(keys[i] in sent or i == response or roles[i] == "system"
+                        for i in uncounted)
     estimate = max(0.0, estimate)
 
     persistent = sum(s.tokens for s in anchor.sent if s.key is not None)
     scalable = persistent + tokens[response]
     surplus = total - anchor.resident - sent_tokens - tokens[response]
     if surplus <= 0 or anchor.resident + scalable <= 0:
-        return Calibration(estimate, None, anchor.overhead)
+        return Calibration(estimate, None, anchor.overhead, exact)
     if anchor.overhead > 0:
         overhead = min(anchor.overhead, surplus)
     else:
@@ -130,4 +182,10 @@ def calibrate(
     for i, key in enumerate(keys):
         if key in matched or i == response:
             weights[i] = tokens[i] * scale
-    return Calibration(estimate, TokenEstimates(resident + overhead, tuple(weights)), overhead)
+    return Calibration(estimate, TokenEstimates(resident + overhead, tuple(weights)), overhead,
+                       exact)
+
+
+def _whole(*values: float) -> bool:
+    """Whether every value is a whole number that sums without rounding."""
+    return all(float(v).is_integer() and abs(v) < _EXACT for v in values)

@@ -127,6 +127,9 @@ class Selection:
     fallback_reason: str | None
     evicted: tuple[int, ...]
     dropped: tuple[int, ...]
+    # The first message whose estimate the window's sums read (the units the cut looked at);
+    # the estimates of the messages before it entered only the correction's total.
+    looked_from: int = 0
 
 
 # A notice before it is needed: a frozen text, or the (history_id, tool) it will be built from.
@@ -253,10 +256,14 @@ class _Selector:
         self.groups = group(messages, normalized.atoms, outgoing, roles)
         self.dropped = normalized.dropped
         self.normalized = tuple(itertools.chain.from_iterable(normalized.atoms))
-        raw_input = resident + sum(costs)
         self.raw_full = resident + sum(map(costs.__getitem__, self.normalized))  # same order
         # Computed once from the original input; never after normalization, cuts or snaps.
-        self.c = 0 if measured is None else measured - raw_input
+        # Summed exactly (one rounding, math.fsum): c then depends on the messages' figures only
+        # through their exact total, so a caller may leave messages the window cannot reach
+        # uncounted when it lowers ``context_tokens`` by just as much (docs/selection.md,
+        # "Calibration and the fast path").
+        self.c = 0 if measured is None else math.fsum(
+            (measured, -resident, *map(operator.neg, costs)))
         if measured is None and resident > self.budget:
             raise ContextSelectionError(
                 "RESIDENT_INPUT_TOO_LARGE",
@@ -565,9 +572,12 @@ class _Selector:
     # -- the selection ----------------------------------------------------------------------
 
     def _selection(
-        self, outcome: _Outcome, cut_state: CutState | None, reason: str | None = None
+        self, outcome: _Outcome, cut_state: CutState | None, view: View | None,
+        reason: str | None = None,
     ) -> Selection:
+        """The selection of ``outcome``, chosen on ``view`` (None: on the whole input)."""
         kept = set(outcome.indexes)
+        looked = self.normalized if view is None else view.indexes(0)
         return Selection(
             indexes=outcome.indexes,
             notice=outcome.notice,
@@ -580,18 +590,20 @@ class _Selector:
             fallback_reason=reason,
             evicted=tuple(itertools.filterfalse(kept.__contains__, self.normalized)),
             dropped=self.dropped,
+            looked_from=min(looked, default=len(self.messages)),
         )
 
     def fallback(self, reason: str) -> Selection:
         """Budget-only FIFO on the uncut view; the frontier is forgotten
         (docs/selection.md, "The remembered cut")."""
-        return self._selection(self.run(self.raw_view(), self.budget, None, False), None, reason)
+        view = self.raw_view()
+        return self._selection(self.run(view, self.budget, None, False), None, view, reason)
 
     def select(self, remembered: CutState | None) -> Selection:
         """Fast path, provenance, one stateful FIFO run, then commit, snap or fall back."""
         if remembered is None and self.fits(self.raw_full, self.budget):
             within = _Outcome(self.normalized, None, "within_budget", self.raw_full)
-            return self._selection(within, None)
+            return self._selection(within, None, None)
         if self.raw is None:
             return self.fallback("raw-history-unavailable")
         if remembered is None:
@@ -608,14 +620,14 @@ class _Selector:
         if outcome.cut_failure is not None:
             return self.fallback(outcome.cut_failure)
         if outcome.count == 0:
-            return self._selection(outcome, remembered)
+            return self._selection(outcome, remembered, view)
         boundary = outcome.last_keyed
         if boundary is None:
             return self.fallback("keyless-no-key")
         notice = self.notice_text(boundary.notice)
         assert notice is not None
         if not outcome.last_was_keyless:
-            return self._selection(outcome, CutState(boundary.frontier, notice))
+            return self._selection(outcome, CutState(boundary.frontier, notice), view)
         # The FIFO ended on keyless units: snap back to the last keyed one and keep them.
         if not self.fits(boundary.raw_estimate + self.cost(notice), self.budget):
             return self.fallback("keyless-snap-over-budget")
@@ -626,7 +638,7 @@ class _Selector:
             view.indexes(boundary.count), state.notice, "paged",
             boundary.raw_estimate + self.cost(state.notice),
         )
-        return self._selection(snapped, state)
+        return self._selection(snapped, state, view)
 
 
 def first_cut_target(limits: Limits, first_cut: float | None) -> float:
