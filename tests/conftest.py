@@ -109,13 +109,15 @@ def ledger_home(tmp_path: Path, **distill: object) -> Path:
     """A home for ledger-only tests: no agent session roots, the characters/4 estimator, and
     the given ``[distill]`` settings."""
     home = tmp_path / "home"
-    home.mkdir()
+    home.mkdir(mode=0o700)  # private, as the CLI makes it, whatever the test process's umask
     empty = tmp_path / "none"
     settings = "".join(f"{key} = {json.dumps(value)}\n" for key, value in distill.items())
-    (home / "config.toml").write_text(
+    config = home / "config.toml"
+    config.write_text(
         f'[sources]\npi = "{empty}"\nclaude_code = "{empty}"\ncodex = "{empty}"\n'
         f'[paging]\nestimator = "chars4"\n[distill]\n{settings}'
     )
+    config.chmod(0o600)
     return home
 
 
