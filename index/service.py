@@ -17,7 +17,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import (
     SessionFileRef,
     SessionRefError,
@@ -44,6 +43,8 @@ from context_paging.paging.models import model_window
 if TYPE_CHECKING:
     # Searching, indexing and recall load on their first use: select_context (the proxy's
     # every request, serve's warm-up) needs none of them, and the search modules bring Whoosh.
+    # The catalog of session files likewise (its summaries are a pydantic model).
+    from context_paging.index.catalog import Catalog, SessionSummary
     from context_paging.index.recall import Recalled
     from context_paging.index.scan import MemoryIndex
     from context_paging.index.searching import SearchReply
@@ -75,7 +76,8 @@ class History:
         context_settings: ContextSettings | None = None,
         count_text: Callable[[], Callable[[str], int] | None] | None = None,
     ) -> None:
-        self.catalog = Catalog(roots, cache=home / "catalog.json")
+        self._roots = dict(roots)
+        self._catalog: Catalog | None = None
         self.home = home
         self._store: SearchIndex | None = None
         self._navigators: OrderedDict[str, tuple[object, Navigator]] = OrderedDict()
@@ -86,9 +88,21 @@ class History:
         self._count_text = count_text
         self._context: ContextService | None = None
         self._making = threading.Lock()
+        self._cataloging = threading.Lock()
         self.gate = Gate()
         self._syncing: dict[str, threading.Thread] = {}
         self._scanned: dict[str, tuple[object, MemoryIndex]] = {}  # the last session in memory
+
+    @property
+    def catalog(self) -> Catalog:
+        """The session files under the roots (opened, and their summaries), made on first use."""
+        if self._catalog is None:
+            from context_paging.index.catalog import Catalog
+
+            with self._cataloging:
+                if self._catalog is None:
+                    self._catalog = Catalog(self._roots, cache=self.home / "catalog.json")
+        return self._catalog
 
     @property
     def context(self) -> ContextService:
@@ -479,6 +493,7 @@ def prepare_file(found: SessionFileRef, root: Path | None
                  ) -> tuple[str, list[IndexDoc], dict[str, Any]] | str:
     """One session file read and analyzed, ready to write (or why it could not be read). The
     file is opened and verified inside ``root``, as every session file is."""
+    from context_paging.index.catalog import Catalog
     from context_paging.index.store import analyzed, doc_for
 
     try:
