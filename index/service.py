@@ -35,7 +35,6 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.sessions import SessionFile, UnknownFormat
-from context_paging.index.stats import Stats
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
 from context_paging.paging.models import model_window
@@ -43,11 +42,12 @@ from context_paging.paging.models import model_window
 if TYPE_CHECKING:
     # Searching, indexing and recall load on their first use: select_context (the proxy's
     # every request, serve's warm-up) needs none of them, and the search modules bring Whoosh.
-    # The catalog of session files likewise (its summaries are a pydantic model).
+    # The catalog of session files and the stats report likewise (pydantic models).
     from context_paging.index.catalog import Catalog, SessionSummary
     from context_paging.index.recall import Recalled
     from context_paging.index.scan import MemoryIndex
     from context_paging.index.searching import SearchReply
+    from context_paging.index.stats import Stats
     from context_paging.index.store import IndexDoc, SearchIndex, SyncResult
 
 log = logging.getLogger("context_paging")
@@ -569,6 +569,8 @@ def file_stats(ref: str, session: SessionFile, enabled: bool = True,
     """The stats report (docs/tools.md, "The stats report") for an agent's session file (its active
     path; thinking is not kept, so it is not counted). ``budget`` is the configured paging budget,
     the one a window of this session would be held to."""
+    from context_paging.index.stats import Stats
+
     conversation = session.conversation
     chars = 0
     last_usage = None
