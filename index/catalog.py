@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import threading
 from collections import OrderedDict
@@ -136,6 +135,8 @@ class Catalog:
                 yield found, _summarize((found, self.roots.get(found.source)))
             return
         # fork is cheap, but not safe in a process with other threads (the MCP server's)
+        import multiprocessing
+
         method = "fork" if threading.active_count() == 1 else "spawn"
         context = multiprocessing.get_context(method)
         with context.Pool(workers) as pool:

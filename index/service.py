@@ -8,7 +8,6 @@ touches first (only appended bytes are parsed), so search sees what was written 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import re
 import threading
@@ -16,10 +15,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from context_paging.index import searching
-from context_paging.index.catalog import Catalog, SessionSummary
 from context_paging.index.discovery import (
     SessionFileRef,
     SessionRefError,
@@ -37,15 +34,21 @@ from context_paging.index.proxied import (
     figures,
     last_proxied,
 )
-from context_paging.index.recall import Recalled, find_original, recall_text
-from context_paging.index.scan import MemoryIndex
-from context_paging.index.searching import SearchReply
 from context_paging.index.sessions import SessionFile, UnknownFormat
-from context_paging.index.stats import Stats
-from context_paging.index.store import IndexDoc, SearchIndex, SyncResult, analyzed, doc_for
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
 from context_paging.paging.models import model_window
+
+if TYPE_CHECKING:
+    # Searching, indexing and recall load on their first use: select_context (the proxy's
+    # every request, serve's warm-up) needs none of them, and the search modules bring Whoosh.
+    # The catalog of session files and the stats report likewise (pydantic models).
+    from context_paging.index.catalog import Catalog, SessionSummary
+    from context_paging.index.recall import Recalled
+    from context_paging.index.scan import MemoryIndex
+    from context_paging.index.searching import SearchReply
+    from context_paging.index.stats import Stats
+    from context_paging.index.store import IndexDoc, SearchIndex, SyncResult
 
 log = logging.getLogger("context_paging")
 
@@ -73,7 +76,8 @@ class History:
         context_settings: ContextSettings | None = None,
         count_text: Callable[[], Callable[[str], int] | None] | None = None,
     ) -> None:
-        self.catalog = Catalog(roots, cache=home / "catalog.json")
+        self._roots = dict(roots)
+        self._catalog: Catalog | None = None
         self.home = home
         self._store: SearchIndex | None = None
         self._navigators: OrderedDict[str, tuple[object, Navigator]] = OrderedDict()
@@ -84,9 +88,21 @@ class History:
         self._count_text = count_text
         self._context: ContextService | None = None
         self._making = threading.Lock()
+        self._cataloging = threading.Lock()
         self.gate = Gate()
         self._syncing: dict[str, threading.Thread] = {}
         self._scanned: dict[str, tuple[object, MemoryIndex]] = {}  # the last session in memory
+
+    @property
+    def catalog(self) -> Catalog:
+        """The session files under the roots (opened, and their summaries), made on first use."""
+        if self._catalog is None:
+            from context_paging.index.catalog import Catalog
+
+            with self._cataloging:
+                if self._catalog is None:
+                    self._catalog = Catalog(self._roots, cache=self.home / "catalog.json")
+        return self._catalog
 
     @property
     def context(self) -> ContextService:
@@ -131,6 +147,8 @@ class History:
     @property
     def store(self) -> SearchIndex:
         if self._store is None:
+            from context_paging.index.store import SearchIndex
+
             self._store = SearchIndex(self.home / "index")
         return self._store
 
@@ -230,6 +248,8 @@ class History:
     # --- indexing -------------------------------------------------------------------------
 
     def ensure_indexed(self, ref: str | SessionFileRef) -> SyncResult | None:
+        from context_paging.index.store import doc_for
+
         opened = self._open_file(ref) if isinstance(ref, SessionFileRef) else self._open(ref)
         canonical, cwd, items, state = opened
         if self.store.file_state(canonical) == state:
@@ -247,6 +267,8 @@ class History:
         if running is not None and running.is_alive():
             return
         if sum(len(d.text) for d in self._scanned[canonical][1].docs) >= CHILD_FROM_CHARS:
+            import multiprocessing
+
             method = "fork" if threading.active_count() == 1 else "spawn"
             worker: Any = multiprocessing.get_context(method).Process(
                 target=_index_in_child, args=(self.catalog.roots, self.home, canonical),
@@ -260,6 +282,8 @@ class History:
 
     def _sync_quietly(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
                       state: dict[str, Any]) -> None:
+        from context_paging.index.store import doc_for
+
         try:
             self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
         except Exception:  # the index is derived data: the next search retries
@@ -280,6 +304,8 @@ class History:
         and analyzed by one worker process per core (:func:`prepare_file`) while this process
         writes them through ``sync_many``, which shares commits across sessions.
         """
+        from context_paging.index.store import doc_for
+
         stored = self.store.indexed_sessions()
         files: list[SessionFileRef] = []
         for found in iter_session_files(self.catalog.roots):
@@ -340,6 +366,8 @@ class History:
     ) -> SearchReply:
         """One page of hits with the lines each matched and what was searched
         (:func:`index.searching.search`)."""
+        from context_paging.index import searching
+
         return searching.search(self, query, session, scope, files, tools, failed, limit, load,
                                 progress, directory, offset)
 
@@ -349,6 +377,9 @@ class History:
         worth of memory is kept)."""
         cached = self._scanned.get(canonical)
         if cached is None or cached[0] is not items:
+            from context_paging.index.scan import MemoryIndex
+            from context_paging.index.store import doc_for
+
             memory = MemoryIndex([doc_for(canonical, cwd, i, "-") for i in items])
             cached = (items, memory)
             self._scanned = {canonical: cached}
@@ -402,6 +433,8 @@ class History:
         offset: int | None = None,
         limit: int | None = None,
     ) -> Recalled:
+        from context_paging.index.recall import find_original, recall_text
+
         items = self.navigator(session).raw
         text, images = find_original(items, tool_call_id=tool_call_id, history_id=history_id)
         return recall_text(text, images, pattern=pattern, offset=offset, limit=limit)
@@ -460,6 +493,9 @@ def prepare_file(found: SessionFileRef, root: Path | None
                  ) -> tuple[str, list[IndexDoc], dict[str, Any]] | str:
     """One session file read and analyzed, ready to write (or why it could not be read). The
     file is opened and verified inside ``root``, as every session file is."""
+    from context_paging.index.catalog import Catalog
+    from context_paging.index.store import analyzed, doc_for
+
     try:
         session = Catalog({found.source: root}, keep_open=0).open(found)
         cwd, items = session.info.cwd or "", session.projection.items
@@ -479,6 +515,8 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
         for found in files:
             yield found, prepare_file(found, roots.get(found.source))
         return
+    import multiprocessing
+
     method = "fork" if threading.active_count() == 1 else "spawn"  # fork is unsafe with threads
     with multiprocessing.get_context(method).Pool(workers) as pool:
         pending: deque = deque()
@@ -531,6 +569,8 @@ def file_stats(ref: str, session: SessionFile, enabled: bool = True,
     """The stats report (docs/tools.md, "The stats report") for an agent's session file (its active
     path; thinking is not kept, so it is not counted). ``budget`` is the configured paging budget,
     the one a window of this session would be held to."""
+    from context_paging.index.stats import Stats
+
     conversation = session.conversation
     chars = 0
     last_usage = None

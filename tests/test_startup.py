@@ -27,11 +27,21 @@ HEAVY = ("mcp", "tiktoken", "whoosh", "httpx2", "starlette", "uvicorn",
          "context_paging.index.sessions", "context_paging.paging.select")
 
 
-def imported_by(code: str) -> list[str]:
-    """The heavy modules a fresh interpreter holds after running ``code``."""
+# What only searching and indexing need: Whoosh, the analyzer and the stores, the in-memory
+# scan, the session catalog (a pydantic model) and recall.
+SEARCH = ("whoosh", "context_paging.index.searching", "context_paging.index.searched",
+          "context_paging.index.query", "context_paging.index.analysis",
+          "context_paging.index.store", "context_paging.index.writer",
+          "context_paging.index.scan", "context_paging.index.catalog",
+          "context_paging.index.recall")
+
+
+def imported_by(code: str, watched: tuple[str, ...] = HEAVY) -> list[str]:
+    """The ``watched`` modules (and their submodules) a fresh interpreter holds after running
+    ``code``."""
     probe = (f"import sys\n{code}\nimport json\n"
-             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r} "
-             f"or m in {HEAVY!r})))")
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {watched!r} "
+             f"or m in {watched!r})))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, cwd=PROJECT, timeout=WAIT)
     return json.loads(out.stdout.splitlines()[-1])
@@ -58,6 +68,50 @@ def test_the_mcp_server_module_loads_the_sdk_but_not_the_index_or_the_tokenizer(
     ours = [m for m in loaded if m.split(".")[0] in ("context_paging", "tiktoken", "whoosh")]
     assert ours == []
 
+
+def test_the_window_and_the_history_import_no_search_module_and_no_whoosh():
+    loaded = imported_by("import context_paging.index.window\n"
+                         "import context_paging.index.service", SEARCH)
+    assert loaded == []
+
+
+FIRST_CALL = ("history.select_context('first', [{'role': 'user', 'content': 'hello'}], "
+              "fmt='anthropic')\n")
+
+
+@pytest.mark.parametrize("build", [
+    # the proxy: its app over the History, the tokenizer loaded, then its first request
+    ("import argparse\n"
+     "from context_paging.server.proxy_cli import make_app\n"
+     "_, history = make_app(settings, argparse.Namespace(upstream_anthropic='http://127.0.0.1:9',"
+     " upstream_openai='http://127.0.0.1:9'))\n"),
+    # serve: the History its warm-up thread loads, then the first select_context
+    ("from context_paging.server.histories import loading_history\n"
+     "history = loading_history(settings).loaded()\n"),
+], ids=["proxy", "serve"])
+def test_the_first_select_context_loads_no_search_module_and_no_whoosh(build, tmp_path):
+    code = ("import os\n"
+            f"os.environ['HOME'] = {str(tmp_path)!r}\n"
+            "from context_paging.server.config import load_settings\n"
+            f"settings = load_settings(home={str(tmp_path / 'home')!r})\n"
+            f"{build}"
+            f"reply = {FIRST_CALL}"
+            "assert reply['mode'] == 'within_budget', reply['mode']\n"
+            "history.close()")
+    assert imported_by(code, SEARCH) == []
+
+
+def test_a_search_loads_the_search_modules_on_its_first_use(tmp_path):
+    code = ("import os\n"
+            f"os.environ['HOME'] = {str(tmp_path)!r}\n"
+            "from context_paging.server.config import load_settings\n"
+            "from context_paging.server.histories import make_history\n"
+            f"history = make_history(load_settings(home={str(tmp_path / 'home')!r}))\n"
+            f"{FIRST_CALL}"
+            "reply = history.search('hello', session='ledger:first')\n"
+            "history.close()")
+    loaded = set(imported_by(code, SEARCH))
+    assert {"whoosh", "context_paging.index.searching", "context_paging.index.store"} <= loaded
 
 
 class Gate:
