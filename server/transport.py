@@ -198,6 +198,9 @@ def parse_message(line: bytes | memoryview) -> types.JSONRPCMessage | None:
 # A read asks for this much at least: the pipe's size (widened to it at start), so a large
 # request comes in with one read per pipe-full.
 _READ = 1 << 20
+# The buffer keeps what it grew to (twice the longest line at most) up to this size; a larger
+# one (a line over the request size limit) is given back once its line was handed out.
+_KEEP = 64 << 20
 
 
 class _Lines:
@@ -217,6 +220,8 @@ class _Lines:
         if self._view is not None:
             self._view.release()
             self._view = None
+        if len(self._buf) > _KEEP and self._start == self._end:
+            self._buf, self._start, self._end = bytearray(_READ), 0, 0
         scanned = 0  # how far past the start no newline was found
         while True:
             found = self._buf.find(b"\n", self._start + scanned, self._end)

@@ -175,3 +175,24 @@ def test_a_line_over_the_limit_is_told_by_its_bytes_and_its_id_found_at_either_e
     big = oversize(memoryview(tail_last), 1000)
     assert big is not None and (big.size, big.ident, big.tool_call) == (len(tail_last), "a-9",
                                                                        True)
+
+
+def test_a_buffer_grown_past_what_it_keeps_is_given_back_after_its_line(monkeypatch):
+    from context_paging.server import transport
+
+    monkeypatch.setattr(transport, "_KEEP", 4 << 20)
+    read, write = os.pipe()
+    lines = _Lines(read)
+    big = b"x" * (5 << 20) + b"\n"
+    thread = threading.Thread(target=lambda: (os.write(write, big), os.write(write, b"next\n"),
+                                              os.close(write)))
+    thread.start()
+    try:
+        assert bytes(lines.readline()) == big
+        grown = len(lines._buf)
+        assert bytes(lines.readline()) == b"next\n"
+        assert not lines.readline()
+    finally:
+        thread.join()
+        os.close(read)
+    assert grown > 4 << 20 and len(lines._buf) <= 4 << 20
