@@ -72,6 +72,26 @@ def test_a_parsed_line_is_the_message_the_sdk_makes_of_it(arguments, ident, meth
             "utf-8", "surrogatepass"))
 
 
+@pytest.mark.parametrize("line", [
+    b'{"jsonrpc":"2.0","id":true,"method":"tools/list"}',
+    b'{"jsonrpc":"2.0","id":1.0,"method":"tools/list"}',
+    b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+    b'{"jsonrpc":"2.0","id":[1],"method":"tools/list"}',
+    b'{"jsonrpc":"2.0","id":1,"method":5}',
+    b'{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}',
+    b'{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}',
+    b'{"jsonrpc":"2.0","id":1,"error":{"code":"1","message":"m"}}',
+    b'{"jsonrpc":"2.0","id":"1","method":"x","params":{"_meta":{"progressToken":true}}}',
+    b'{"jsonrpc":"2.0","method":"notifications/initialized","params":null}',
+    b'{"jsonrpc":"2.0","id":1,"method":"x","extra":1}',
+    b' {"jsonrpc":"2.0","id":1,"method":"x"}\r\n',
+])
+def test_odd_but_readable_lines_become_what_the_sdk_makes_of_them(line):
+    parsed, expected = parse_message(line), sdk(line)
+    assert (parsed is None) == isinstance(expected, Exception)
+    check_against_sdk(line)
+
+
 def nested(depth: int) -> bytes:
     """A tools/call line whose arrays and objects nest ``depth`` deep in all."""
     value: object = 1
