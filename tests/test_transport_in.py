@@ -140,9 +140,12 @@ def read_all(chunks: list[bytes]) -> list[bytes]:
     read, write = os.pipe()
 
     def writer() -> None:
-        with os.fdopen(write, "wb", buffering=0) as out:
-            for chunk in chunks:
-                out.write(chunk)
+        try:
+            with os.fdopen(write, "wb", buffering=0) as out:
+                for chunk in chunks:
+                    out.write(chunk)
+        except BrokenPipeError:  # the reader failed and closed its end
+            pass
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -153,20 +156,28 @@ def read_all(chunks: list[bytes]) -> list[bytes]:
             got.append(bytes(line))
         assert not lines.readline()  # the end stays the end
     finally:
-        thread.join()
         os.close(read)
+        thread.join()
     return got
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=3 << 20), max_size=5),
-       st.booleans(), st.integers(min_value=1, max_value=5 << 20))
-def test_lines_split_as_a_text_reader_splits_them(sizes, unterminated, piece):
+       st.booleans(), st.integers(min_value=1, max_value=5 << 20),
+       st.sampled_from([None, 1 << 20, 3 << 19]))
+def test_lines_split_as_a_text_reader_splits_them(sizes, unterminated, piece, keep):
+    from context_paging.server import transport
+
     data = b"".join(bytes([65 + n % 26]) * size + b"\n" for n, size in enumerate(sizes))
     if unterminated:
         data += b"tail without a newline"
     chunks = [data[i:i + piece] for i in range(0, len(data), piece)]
-    assert read_all(chunks) == data.splitlines(keepends=True)
+    default = transport._KEEP
+    transport._KEEP = keep or default  # a small buffer: lines moved to its front, and it grown
+    try:
+        assert read_all(chunks) == data.splitlines(keepends=True)
+    finally:
+        transport._KEEP = default
 
 
 def test_the_first_bytes_of_each_line_are_reported_before_it_is_whole():
