@@ -65,7 +65,11 @@ if GC_MODE == "off":
 read = transport._Stdin.__anext__
 async def traced_read(self):
     line = await read(self)
-    if '"tools/call"' in line[:200] or '"tools/call"' in line[-400:]:
+    parsed = getattr(self, "parsed", None)  # a line this checkout's transport parsed itself
+    if parsed is not None:
+        if getattr(parsed.message, "method", None) == "tools/call":
+            stamp("read")
+    elif '"tools/call"' in line[:200] or '"tools/call"' in line[-400:]:
         stamp("read")
     return line
 transport._Stdin.__anext__ = traced_read
