@@ -33,13 +33,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from context_paging.index.history import LedgerHistory
 from context_paging.index.landing import held_targets, to_land
 from context_paging.index.ledger import Ledger, LedgerSession
 from context_paging.index.request import FingerprintMemo, expand
-from context_paging.index.stats import Stats
 from context_paging.index.window_distill import (
     Distilled,
     Distiller,
@@ -60,6 +59,9 @@ from context_paging.paging.select import CutState, Selection, select_context
 from context_paging.paging.stubs import merge_stubs
 from context_paging.paging.window_form import check as check_form
 from context_paging.paging.window_form import positions
+
+if TYPE_CHECKING:  # its pydantic model loads with the first stats report
+    from context_paging.index.stats import Stats
 
 __all__ = ["ContextService", "ContextSettings", "Distilled", "LedgerHistory", "provider_of"]
 
@@ -540,6 +542,8 @@ class ContextService:
         latest = state.latest or Latest()
         usage = [pair for _, pair in state.usage_by_response]
         summary = summarize(ledger.decisions)
+        from context_paging.index.stats import Stats
+
         return Stats(
             session=ledger.ref, enabled=enabled,
             stored_bytes=ledger.path.stat().st_size if ledger.path.exists() else None,

@@ -101,6 +101,20 @@ def test_the_first_select_context_loads_no_search_module_and_no_whoosh(build, tm
     assert imported_by(code, SEARCH) == []
 
 
+def test_the_proxys_first_select_context_loads_no_pydantic(tmp_path):
+    """The proxy needs no pydantic model (the stats report's loads with its first use)."""
+    code = ("import os, argparse\n"
+            f"os.environ['HOME'] = {str(tmp_path)!r}\n"
+            "from context_paging.server.config import load_settings\n"
+            "from context_paging.server.proxy_cli import make_app\n"
+            f"settings = load_settings(home={str(tmp_path / 'home')!r})\n"
+            "_, history = make_app(settings, argparse.Namespace("
+            "upstream_anthropic='http://127.0.0.1:9', upstream_openai='http://127.0.0.1:9'))\n"
+            f"reply = {FIRST_CALL}"
+            "history.close()")
+    assert imported_by(code, ("pydantic", "context_paging.index.stats")) == []
+
+
 def test_a_search_loads_the_search_modules_on_its_first_use(tmp_path):
     code = ("import os\n"
             f"os.environ['HOME'] = {str(tmp_path)!r}\n"
