@@ -19,7 +19,7 @@ conversation, ``select_context``, the recovery-tools check, the splice, the stat
 its requests, next to ``json.loads`` + ``json.dumps`` of each body.
 
     python bench/proxy_bench.py [--api anthropic|responses] [--turns 300] [--paging-off]
-    python bench/proxy_bench.py --phases [--api responses] [--turns 300]
+    python bench/proxy_bench.py --phases [--api responses] [--turns 300] [--idle 0.05]
     python bench/proxy_bench.py --fixtures [--budget 16000] [--estimator chars4|tiktoken]
 """
 
@@ -247,8 +247,10 @@ def replay(api: str, turns: int, paging: bool) -> None:
           f"{proxied[0] * ms:.0f} ms (goal <= 1500)")
 
 
-def phases(api_name: str, turns: int) -> None:
-    """The proxy's own steps per request, in process CPU time, over the growing workload."""
+def phases(api_name: str, turns: int, idle: float = 0.0) -> None:
+    """The proxy's own steps per request, in process CPU time, over the growing workload;
+    with ``idle``, ``History.idle`` gets that many seconds after each request (the spare time
+    the proxy has while the provider answers), timed as a step of its own."""
     import argparse as _argparse
 
     import context_paging.server.proxy as code
@@ -293,6 +295,8 @@ def phases(api_name: str, turns: int) -> None:
             out, note, _ = timed("_page, all of it", app._page)(api, raw, headers)
             if note is not None:
                 timed("stats note", note)()
+            if idle:
+                timed("idle (after the reply)", history.idle)(idle, lambda: False)
     finally:
         code.wire.splice = splice
         history.close()
@@ -396,6 +400,8 @@ def main() -> None:
     parser.add_argument("--paging-off", action="store_true", help="paging.enabled = false")
     parser.add_argument("--phases", action="store_true",
                         help="the proxy's own steps in process, no HTTP (CPU time)")
+    parser.add_argument("--idle", type=float, default=0.0, metavar="SECONDS",
+                        help="--phases: spare time given to History.idle after each request")
     parser.add_argument("--fixtures", action="store_true",
                         help="replay the recorded sessions instead (the older figure)")
     parser.add_argument("--budget", type=int, default=16_000)
@@ -404,7 +410,7 @@ def main() -> None:
     parser.add_argument("--no-distill", action="store_true", help="paging only")
     args = parser.parse_args()
     if args.phases:
-        phases(args.api, args.turns)
+        phases(args.api, args.turns, args.idle)
     elif args.fixtures:
         run_fixtures(args.budget, args.estimator, args.repeat, not args.no_distill)
     else:

@@ -489,20 +489,22 @@ class ContextService:
     def idle(self, seconds: float | None = None, stop: Callable[[], bool] | None = None) -> bool:
         """Spare time between calls: count the last call's uncounted views, newest first, for
         at most ``seconds`` (default ``spare_seconds``; ``math.inf``: until done), asking ``stop``
-        before each count. It only fills the estimate cache (a later call that reaches those
-        views, or calibrates, finds them counted), so every reply is the same with or without
-        it. Returns whether work is left. The caller holds whatever lock guards :meth:`select`
-        (the MCP server runs this after writing a reply, yielding to the next request). It
-        first frees what the last calls stopped needing (their sessions' previous requests)."""
+        before each count; then chunk the large outputs no decision covers yet, for the
+        checkpoint that will judge them (``Distiller.ahead``). It only fills caches (a later
+        call that reaches those views, or calibrates, finds them counted; a checkpoint finds
+        its outputs chunked), so every reply is the same with or without it. Returns whether
+        work is left. The caller holds whatever lock guards :meth:`select` (the MCP server
+        runs this after writing a reply, yielding to the next request). It first frees what the
+        last calls stopped needing (their sessions' previous requests)."""
         self._retired.clear()  # freed here, in spare time, not inside a call
+        budget = self.spare_seconds if seconds is None else seconds
         if self._ahead is None:
-            return False
+            return self.distiller.ahead(budget, stop)
         request, distilled, lazy = self._ahead
-        self.estimates.ahead(request, distilled, lazy,
-                             self.spare_seconds if seconds is None else seconds, stop)
+        self.estimates.ahead(request, distilled, lazy, budget, stop)
         if not lazy:
             self._ahead = None
-        return self._ahead is not None
+        return self._ahead is not None or self.distiller.ahead(budget, stop)
 
     # --- planning for the sampling judge ----------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -35,13 +36,23 @@ from context_paging.paging.distill import (
 )
 from context_paging.paging.distill.apply import applied, changed
 from context_paging.paging.distill.conversation import Read, content_chars
+from context_paging.paging.distill.judge import prepare_chunk
 from context_paging.paging.distill.model import fingerprint as text_fingerprint
-from context_paging.paging.distill.plan import Plan, latest, message_fingerprint, plan_pass
+from context_paging.paging.distill.plan import (
+    Plan,
+    latest,
+    message_fingerprint,
+    plan_pass,
+    prepare_output,
+)
 from context_paging.paging.distill.render import exchange_recall, output_recall
 from context_paging.paging.distill.scan import Scan
 from context_paging.paging.request import Entry, Request
 
 PLAN_CACHE = 8
+# Spare time prepares at most this many of the newest undecided large outputs: fewer than the
+# chunk cache holds, so what it prepares is still there when a checkpoint judges it.
+AHEAD_OUTPUTS = 32
 # Remembered fingerprints of stored views (every edit in force checks the one of its message on
 # every call, and hashing a long output is the cost): cleared past this many.
 PRINTS = 200_000
@@ -107,6 +118,8 @@ class Distiller:
         self._scans: OrderedDict[Any, Scan] = OrderedDict()
         self._lock = threading.Lock()
         self.keep_scans = True  # False: every pass walks the whole conversation (benches)
+        # The last pass's request, for :meth:`ahead` (entries, their changes, keys, ledger).
+        self._next: tuple[Any, ...] | None = None
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
@@ -217,12 +230,46 @@ class Distiller:
         except Exception:  # a failed pass must never fail the request: keep everything
             log.warning("distillation failed; the conversation is sent whole", exc_info=True)
             new = []
+        self._next = (entries, changes, keys, ledger)
         positions = request.positions
         deferred = {positions[p] for p in plan.deferred} if plan is not None else set()
         decisions = [*ledger.decisions, *new]
         if any(d.edits for d in new):
             changes = changed(entries, decisions, prints)
         return shown_views(request, changes, decisions), new, deferred
+
+    def ahead(self, seconds: float, stop: Callable[[], bool] | None = None) -> bool:
+        """Spare time: chunk the last request's large outputs that no decision covers yet,
+        newest first, and read their chunks' words, so the checkpoint that judges them finds
+        both done. Only content-keyed caches are filled (``paging.distill.plan`` chunks and the
+        local judge's word sets, each keyed by the text itself), so a pass gives the same
+        decisions with or without it. Returns whether work is left."""
+        if self._next is None or not self.config.enabled:
+            return False
+        entries, changes, keys, ledger = self._next
+        deadline = time.monotonic() + seconds
+        decided = set(latest(ledger.decisions))
+        floor, done = self.config.min_result_chars, 0
+        reads = self._reads
+        for position in range(len(entries) - 1, -1, -1):
+            if done >= AHEAD_OUTPUTS:
+                break
+            message = entries[position][1]
+            if (position in changes or message.get("role") != "toolResult"
+                    or str(message.get("toolCallId")) in decided):
+                continue
+            key = keys[position]
+            read = reads.get(key) if key is not None else None
+            text = read.text if read is not None else None
+            if text is None or len(text) < floor:
+                continue
+            if (stop is not None and stop()) or time.monotonic() > deadline:
+                return True
+            for chunk in prepare_output(text):
+                prepare_chunk(chunk)
+            done += 1
+        self._next = None
+        return False
 
     def measured(self, decision: Decision, entries: Sequence[Entry]) -> Decision:
         """The decision with the tokens it saves, counted with this server's tokenizer."""

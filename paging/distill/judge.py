@@ -394,6 +394,17 @@ def _item_terms(chunk: Chunk, position: int, context: JudgeContext) -> frozenset
     return _terms(chunk.text)
 
 
+def prepare_chunk(chunk: Chunk) -> None:
+    """Read into their caches the words :class:`LocalJudge` reads of a large output's chunk
+    (its terms, and the tokens identifiers are looked up in): spare time, so a later judgment
+    finds them; every cache is keyed by the chunk's text, so no score depends on it."""
+    if chunk.files:
+        _grep_terms(chunk.text)
+    else:
+        _terms(chunk.text)
+    _tokens(chunk.text)
+
+
 @functools.lru_cache(maxsize=4096)
 def _grep_terms(text: str) -> frozenset[str]:
     return _terms(_GREP_PREFIX.sub("", text))

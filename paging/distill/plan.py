@@ -367,6 +367,12 @@ def _chunks(text: str) -> tuple[Chunk, ...]:
     return tuple(chunk_output(text))
 
 
+def prepare_output(text: str) -> tuple[Chunk, ...]:
+    """Chunk a large output's text into the cache a pass reads it from (spare time; nothing
+    a pass decides depends on whether this ran)."""
+    return _chunks(text)
+
+
 def _large(phase: Phase, config: DistillConfig, item: OutputItem) -> LargeOutput:
     chunks = _chunks(item.text)
     parts = segment_chunks(chunks, config.max_segment_chars, config.max_chunks_per_segment)
