@@ -63,6 +63,9 @@ _FAILURE_WORDS = frozenset({"FAIL", "FAILED", "FAILURE", "ERROR", "Error", "erro
                             "panicked"})
 
 
+# Cached per text like the chunk's terms, so spare time can read it ahead (prepare_chunk): the
+# words it reads are otherwise still in _words' small cache only right after the terms.
+@functools.lru_cache(maxsize=16_384)
 def _failure_in(text: str) -> bool:
     words = _words(text)
     return (not _FAILURE_WORDS.isdisjoint(words) or any(
@@ -395,13 +398,15 @@ def _item_terms(chunk: Chunk, position: int, context: JudgeContext) -> frozenset
 
 
 def prepare_chunk(chunk: Chunk) -> None:
-    """Read into their caches the words :class:`LocalJudge` reads of a large output's chunk
-    (its terms, and the tokens identifiers are looked up in): spare time, so a later judgment
-    finds them; every cache is keyed by the chunk's text, so no score depends on it."""
+    """Read into their caches what :class:`LocalJudge` reads of a large output's chunk (its
+    terms, whether it holds a failure line, the tokens identifiers are looked up in): spare
+    time, so a later judgment finds them; every cache is keyed by the chunk's text, so no
+    score depends on it."""
     if chunk.files:
         _grep_terms(chunk.text)
     else:
         _terms(chunk.text)
+    _failure_in(chunk.text)
     _tokens(chunk.text)
 
 
