@@ -30,6 +30,7 @@ import json
 import math
 import operator
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -501,10 +502,12 @@ class ContextService:
         if self._ahead is None:
             return self.distiller.ahead(budget, stop)
         request, distilled, lazy = self._ahead
+        started = time.monotonic()
         self.estimates.ahead(request, distilled, lazy, budget, stop)
         if not lazy:
             self._ahead = None
-        return self._ahead is not None or self.distiller.ahead(budget, stop)
+        return self._ahead is not None or self.distiller.ahead(
+            max(0.0, budget - (time.monotonic() - started)), stop)
 
     # --- planning for the sampling judge ----------------------------------------------------
 
