@@ -139,13 +139,16 @@ class Oversize:
     tool_call: bool
 
 
-def oversize(line: bytes | memoryview, limit: int) -> Oversize | None:
+def oversize(line: bytes | memoryview | Skipped, limit: int) -> Oversize | None:
     """The line's facts when it is over ``limit`` bytes, else None."""
-    size = len(line)
+    if isinstance(line, Skipped):
+        size, head_bytes, tail_bytes = line.size, line.head, line.tail
+    else:
+        size, head_bytes, tail_bytes = len(line), line[:_EDGE], line[-_EDGE:]
     if size <= limit:
         return None
-    head = bytes(line[:_EDGE]).decode("utf-8", "replace")
-    tail = bytes(line[-_EDGE:]).decode("utf-8", "replace")
+    head = bytes(head_bytes).decode("utf-8", "replace")
+    tail = bytes(tail_bytes).decode("utf-8", "replace")
     found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
     ident = json.loads(found.group(1)) if found else None
     return Oversize(size, ident, bool(_TOOLS_CALL.search(head) or _TOOLS_CALL.search(tail)))
@@ -203,20 +206,35 @@ _READ = 1 << 20
 _KEEP = 64 << 20
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A line longer than :attr:`_Lines.cap`, read past without being kept: its size (its
+    newline included) and its first and last :data:`_EDGE` bytes."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+
 class _Lines:
     """A file descriptor's lines as views into one buffer, reused from line to line and grown to
-    the longest. A view stays valid until the next :meth:`readline`."""
+    the longest. A view stays valid until the next :meth:`readline`. A line longer than
+    :attr:`cap` is not kept: the buffer stops growing there, and the rest of the line is read
+    and dropped (so a line without end, or of gigabytes, costs no more memory than one just
+    over the cap)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, cap: int | None = None) -> None:
         self._file = io.FileIO(fd, "rb", closefd=False)
         self._buf = bytearray(_READ)
         self._start = self._end = 0  # the bytes read but not yet handed out: buf[start:end]
         self._view: memoryview | None = None
         self.on_bytes: Callable[[], None] | None = None  # the first bytes of a line came in
+        self.cap = cap
 
-    def readline(self) -> memoryview:
+    def readline(self) -> memoryview | Skipped:
         """The next line, its newline included; at the end of the input what is left without
-        one, then an empty view."""
+        one, then an empty view. A line of more than :attr:`cap` bytes before its newline is
+        a :class:`Skipped`."""
         if self._view is not None:
             self._view.release()
             self._view = None
@@ -228,8 +246,33 @@ class _Lines:
             if found >= 0:
                 return self._take(found + 1)
             scanned = self._end - self._start
+            if self.cap is not None and scanned > self.cap:
+                return self._skip()
             if not self._fill():
                 return self._take(self._end)
+
+    def _skip(self) -> Skipped:
+        """The line begun at the buffer's start, read to its newline (or the end of the input)
+        and dropped as it comes in, its edges kept."""
+        buf = self._buf
+        head = bytes(buf[self._start:self._start + _EDGE])
+        tail = bytes(buf[max(self._start, self._end - _EDGE):self._end])
+        size = self._end - self._start
+        self._start = self._end
+        hook, self.on_bytes = self.on_bytes, None  # the line's first bytes were reported
+        try:
+            while self._fill():
+                buf = self._buf
+                found = buf.find(b"\n", self._start, self._end)
+                end = self._end if found < 0 else found + 1
+                size += end - self._start
+                tail = (tail + buf[max(self._start, end - _EDGE):end])[-_EDGE:]
+                self._start = end
+                if found >= 0:
+                    break
+        finally:
+            self.on_bytes = hook
+        return Skipped(size, head, tail)
 
     def _take(self, end: int) -> memoryview:
         self._view = memoryview(self._buf)[self._start:end]
@@ -270,7 +313,7 @@ class _Stdin:
     and is remembered (:attr:`last`)."""
 
     def __init__(self, limit: int, fd: int = 0) -> None:
-        self._lines = _Lines(fd)
+        self._lines = _Lines(fd, cap=limit)
         self.limit = limit
         self.last = ""
         self.oversize: Oversize | None = None
@@ -291,13 +334,14 @@ class _Stdin:
         :attr:`parsed` become once back on the event loop)."""
         self._lines.on_bytes = self.on_line
         view = self._lines.readline()
-        if not view:
+        if not isinstance(view, Skipped) and not view:
             return None, "", None, None
         if self.on_line is not None:
             self.on_line()
         big = oversize(view, self.limit)
         if big is not None:
             return "\n", "", big, None  # parsing it would cost many times its size; never read
+        assert not isinstance(view, Skipped)  # a skipped line is over the limit
         message = parse_message(view)
         if message is not None:
             return "\n", "", None, SessionMessage(message)

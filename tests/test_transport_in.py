@@ -227,3 +227,38 @@ def test_a_buffer_grown_past_what_it_keeps_is_given_back_after_its_line(monkeypa
         thread.join()
         os.close(read)
     assert grown > 4 << 20 and len(lines._buf) <= 4 << 20
+
+
+def test_a_line_past_the_cap_is_read_past_in_bounded_memory_and_the_next_line_read():
+    """A line of many times the cap (or without end) never grows the buffer past the cap and a
+    read: it is dropped as it comes in, its size counted and its edges kept for its id."""
+    from context_paging.server import transport
+
+    cap = 100_000
+    big = (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"'
+           + b"y" * (40 * transport._READ) + b'"},"id":8}\n')
+    read, write = os.pipe()
+    lines = _Lines(read, cap=cap)
+    seen: list[int] = []
+    lines.on_bytes = lambda: seen.append(1)
+    thread = threading.Thread(target=lambda: (os.write(write, big), os.write(write, b"next\n"),
+                                              os.write(write, b"z" * (3 * cap)),
+                                              os.close(write)))
+    thread.start()
+    try:
+        skipped = lines.readline()
+        assert isinstance(skipped, transport.Skipped)
+        assert skipped.size == len(big) and len(lines._buf) < cap + 2 * transport._READ
+        assert skipped.head == big[:transport._EDGE] and skipped.tail == big[-transport._EDGE:]
+        found = oversize(skipped, cap)
+        assert found is not None and (found.size, found.ident, found.tool_call) == (
+            len(big), 7, True)
+        assert bytes(lines.readline()) == b"next\n"
+        unended = lines.readline()  # no newline before the end of the input
+        assert isinstance(unended, transport.Skipped) and unended.size == 3 * cap
+        assert not lines.readline()
+    finally:
+        thread.join()
+        os.close(read)
+    assert len(lines._buf) < cap + 2 * transport._READ
+    assert 1 <= len(seen) <= 3  # at most once a line, not once per read of the skipped one
