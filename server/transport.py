@@ -206,6 +206,19 @@ _READ = 1 << 20
 _KEEP = 64 << 20
 
 
+def _line_end(buf: bytearray, start: int, end: int) -> int:
+    """Where the first line in ``buf[start:end]`` ends (past its line feed, carriage return,
+    or CRLF: a text reader's universal newlines, as the SDK reads stdin), or -1 when none is
+    there yet (a carriage return as the last byte may still begin a CRLF)."""
+    found = buf.find(b"\n", start, end)
+    cr = buf.find(b"\r", start, end if found < 0 else found)
+    if cr < 0:
+        return found + 1 if found >= 0 else -1
+    if cr + 1 == found:
+        return found + 1
+    return cr + 1 if cr + 1 < end else -1
+
+
 @dataclass(frozen=True, slots=True)
 class Skipped:
     """A line longer than :attr:`_Lines.cap`, read past without being kept: its size (its
@@ -240,39 +253,48 @@ class _Lines:
             self._view = None
         if len(self._buf) > _KEEP and self._start == self._end:
             self._buf, self._start, self._end = bytearray(_READ), 0, 0
-        scanned = 0  # how far past the start no newline was found
+        scanned = 0  # how far past the start no line end was found
         while True:
-            found = self._buf.find(b"\n", self._start + scanned, self._end)
+            found = _line_end(self._buf, self._start + scanned, self._end)
             if found >= 0:
-                return self._take(found + 1)
-            scanned = self._end - self._start
+                return self._take(found)
+            # the last byte is looked at again: a carriage return there may begin a CRLF
+            scanned = max(0, self._end - self._start - 1)
             if self.cap is not None and scanned > self.cap:
                 return self._skip()
             if not self._fill():
                 return self._take(self._end)
 
     def _skip(self) -> Skipped:
-        """The line begun at the buffer's start, read to its newline (or the end of the input)
-        and dropped as it comes in, its edges kept."""
-        buf = self._buf
-        head = bytes(buf[self._start:self._start + _EDGE])
-        tail = bytes(buf[max(self._start, self._end - _EDGE):self._end])
-        size = self._end - self._start
-        self._start = self._end
+        """The line begun at the buffer's start, read to its end (or the end of the input) and
+        dropped as it comes in, its edges kept. Its last byte read stays buffered, for a CRLF
+        split between two reads."""
+        edges = [b"", b"", 0]  # head, tail, size
+
+        def drop(stop: int) -> None:
+            buf, start = self._buf, self._start
+            head, tail, size = edges
+            if len(head) < _EDGE:
+                head += buf[start:min(stop, start + _EDGE - len(head))]
+            tail = (tail + buf[max(start, stop - _EDGE):stop])[-_EDGE:]
+            edges[:] = [head, tail, size + stop - start]
+            self._start = stop
+
         hook, self.on_bytes = self.on_bytes, None  # the line's first bytes were reported
         try:
-            while self._fill():
-                buf = self._buf
-                found = buf.find(b"\n", self._start, self._end)
-                end = self._end if found < 0 else found + 1
-                size += end - self._start
-                tail = (tail + buf[max(self._start, end - _EDGE):end])[-_EDGE:]
-                self._start = end
+            while True:
+                found = _line_end(self._buf, self._start, self._end)
                 if found >= 0:
+                    drop(found)
+                    break
+                drop(self._end - 1)
+                if not self._fill():  # the input ends inside the line
+                    drop(self._end)
                     break
         finally:
             self.on_bytes = hook
-        return Skipped(size, head, tail)
+        head, tail, size = edges
+        return Skipped(size, head, tail)  # type: ignore[arg-type]
 
     def _take(self, end: int) -> memoryview:
         self._view = memoryview(self._buf)[self._start:end]
