@@ -21,7 +21,10 @@ the SDK's own transport close that gap:
   line's start) with a JSON-RPC error, and logs one warning line.
 * A line over ``paging.max_request_bytes`` is never given to the SDK (parsing and validating
   it would cost several times its size): it is answered ``REQUEST_TOO_LARGE`` (a tool error
-  for ``tools/call``, else a JSON-RPC error), its id found at the line's start or end.
+  for ``tools/call``, else a JSON-RPC error), its id found at the line's start or end. Once
+  a line is past the limit it is no longer kept, only counted, its edges kept for the id, so
+  a line of gigabytes, or one that never ends, holds no more memory than the limit.
+* Lines end where the SDK's text reader ends them: at a line feed, a carriage return or CRLF.
 
 A line handed on parsed reaches the SDK as an empty line, which it reports as unreadable;
 :class:`_Answering` then passes the parsed message on in its place. The SDK reads the next line
@@ -268,7 +271,7 @@ class _Lines:
     def _skip(self) -> Skipped:
         """The line begun at the buffer's start, read to its end (or the end of the input) and
         dropped as it comes in, its edges kept. Its last byte read stays buffered, for a CRLF
-        split between two reads."""
+        split between two reads. A buffer grown for the line is given back after it."""
         edges = [b"", b"", 0]  # head, tail, size
 
         def drop(stop: int) -> None:
@@ -293,6 +296,11 @@ class _Lines:
                     break
         finally:
             self.on_bytes = hook
+        if len(self._buf) > 2 * _READ:  # grown for this line only: given back
+            rest = self._buf[self._start:self._end]
+            self._buf = bytearray(len(rest) + _READ)
+            self._buf[:len(rest)] = rest
+            self._start, self._end = 0, len(rest)
         head, tail, size = edges
         return Skipped(size, head, tail)  # type: ignore[arg-type]
 
