@@ -459,8 +459,8 @@ class ContextService:
         usage_log = state.usage()
         newest = request.newest_assistant()
         if newest is not None and isinstance(call.usage, dict):
-            usage_log[newest] = [call.usage.get("cache_read_tokens") or 0,
-                                 call.usage.get("cache_write_tokens") or 0]
+            usage_log[newest] = [_cached(call.usage.get("cache_read_tokens")),
+                                 _cached(call.usage.get("cache_write_tokens"))]
         steps, growth = _pace(state, selection, call.cut_state)
         anchor = Anchor(tuple(sent), call.resident, calibration.overhead if calibration else 0.0)
         self.ledger.save_state(call.ledger.ref, SessionState(
@@ -567,6 +567,19 @@ class ContextService:
             distilled_saved_tokens=summary.saved_tokens,
             distill_judges=dict(summary.judges),
         )
+
+
+def _cached(value: Any) -> int | float:
+    """A cache figure of the host's usage as stored: a count (a whole or finite number of at
+    least 0, below 2**63), else 0, as when the host leaves it out (a string, a boolean, NaN, an
+    infinity or an integer beyond what the state's JSON holds is no count)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value if 0 <= value < 1 << 63 else 0
+    if isinstance(value, float):
+        return value if 0 <= value < float("inf") else 0
+    return 0
 
 
 def _keys(request: Request, distilled: dict[int, Distilled]) -> list[str | None]:

@@ -92,9 +92,12 @@ def usage_total(usage: Any) -> float | None:
         value = usage.get(key, 0)
         if value is None:
             value = 0
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            return None  # not a count, negative or NaN
+        try:
+            total += value
+        except OverflowError:  # an integer beyond any float: no count a window could hold
             return None
-        total += value
     return total if 0 < total < float("inf") else None
 
 

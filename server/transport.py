@@ -21,7 +21,10 @@ the SDK's own transport close that gap:
   line's start) with a JSON-RPC error, and logs one warning line.
 * A line over ``paging.max_request_bytes`` is never given to the SDK (parsing and validating
   it would cost several times its size): it is answered ``REQUEST_TOO_LARGE`` (a tool error
-  for ``tools/call``, else a JSON-RPC error), its id found at the line's start or end.
+  for ``tools/call``, else a JSON-RPC error), its id found at the line's start or end. Once
+  a line is past the limit it is no longer kept, only counted, its edges kept for the id, so
+  a line of gigabytes, or one that never ends, holds no more memory than the limit.
+* Lines end where the SDK's text reader ends them: at a line feed, a carriage return or CRLF.
 
 A line handed on parsed reaches the SDK as an empty line, which it reports as unreadable;
 :class:`_Answering` then passes the parsed message on in its place. The SDK reads the next line
@@ -139,13 +142,16 @@ class Oversize:
     tool_call: bool
 
 
-def oversize(line: bytes | memoryview, limit: int) -> Oversize | None:
+def oversize(line: bytes | memoryview | Skipped, limit: int) -> Oversize | None:
     """The line's facts when it is over ``limit`` bytes, else None."""
-    size = len(line)
+    if isinstance(line, Skipped):
+        size, head_bytes, tail_bytes = line.size, line.head, line.tail
+    else:
+        size, head_bytes, tail_bytes = len(line), line[:_EDGE], line[-_EDGE:]
     if size <= limit:
         return None
-    head = bytes(line[:_EDGE]).decode("utf-8", "replace")
-    tail = bytes(line[-_EDGE:]).decode("utf-8", "replace")
+    head = bytes(head_bytes).decode("utf-8", "replace")
+    tail = bytes(tail_bytes).decode("utf-8", "replace")
     found = _HEAD_ID.search(head) or _TAIL_ID.search(tail)
     ident = json.loads(found.group(1)) if found else None
     return Oversize(size, ident, bool(_TOOLS_CALL.search(head) or _TOOLS_CALL.search(tail)))
@@ -203,33 +209,100 @@ _READ = 1 << 20
 _KEEP = 64 << 20
 
 
+def _line_end(buf: bytearray, start: int, end: int) -> int:
+    """Where the first line in ``buf[start:end]`` ends (past its line feed, carriage return,
+    or CRLF: a text reader's universal newlines, as the SDK reads stdin), or -1 when none is
+    there yet (a carriage return as the last byte may still begin a CRLF)."""
+    found = buf.find(b"\n", start, end)
+    cr = buf.find(b"\r", start, end if found < 0 else found)
+    if cr < 0:
+        return found + 1 if found >= 0 else -1
+    if cr + 1 == found:
+        return found + 1
+    return cr + 1 if cr + 1 < end else -1
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A line longer than :attr:`_Lines.cap`, read past without being kept: its size (its
+    newline included) and its first and last :data:`_EDGE` bytes."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+
 class _Lines:
     """A file descriptor's lines as views into one buffer, reused from line to line and grown to
-    the longest. A view stays valid until the next :meth:`readline`."""
+    the longest. A view stays valid until the next :meth:`readline`. A line longer than
+    :attr:`cap` is not kept: the buffer stops growing there, and the rest of the line is read
+    and dropped (so a line without end, or of gigabytes, costs no more memory than one just
+    over the cap)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, cap: int | None = None) -> None:
         self._file = io.FileIO(fd, "rb", closefd=False)
         self._buf = bytearray(_READ)
         self._start = self._end = 0  # the bytes read but not yet handed out: buf[start:end]
         self._view: memoryview | None = None
         self.on_bytes: Callable[[], None] | None = None  # the first bytes of a line came in
+        self.cap = cap
 
-    def readline(self) -> memoryview:
+    def readline(self) -> memoryview | Skipped:
         """The next line, its newline included; at the end of the input what is left without
-        one, then an empty view."""
+        one, then an empty view. A line of more than :attr:`cap` bytes before its newline is
+        a :class:`Skipped`."""
         if self._view is not None:
             self._view.release()
             self._view = None
         if len(self._buf) > _KEEP and self._start == self._end:
             self._buf, self._start, self._end = bytearray(_READ), 0, 0
-        scanned = 0  # how far past the start no newline was found
+        scanned = 0  # how far past the start no line end was found
         while True:
-            found = self._buf.find(b"\n", self._start + scanned, self._end)
+            found = _line_end(self._buf, self._start + scanned, self._end)
             if found >= 0:
-                return self._take(found + 1)
-            scanned = self._end - self._start
+                return self._take(found)
+            # the last byte is looked at again: a carriage return there may begin a CRLF
+            scanned = max(0, self._end - self._start - 1)
+            if self.cap is not None and scanned > self.cap:
+                return self._skip()
             if not self._fill():
                 return self._take(self._end)
+
+    def _skip(self) -> Skipped:
+        """The line begun at the buffer's start, read to its end (or the end of the input) and
+        dropped as it comes in, its edges kept. Its last byte read stays buffered, for a CRLF
+        split between two reads. A buffer grown for the line is given back after it."""
+        edges = [b"", b"", 0]  # head, tail, size
+
+        def drop(stop: int) -> None:
+            buf, start = self._buf, self._start
+            head, tail, size = edges
+            if len(head) < _EDGE:
+                head += buf[start:min(stop, start + _EDGE - len(head))]
+            tail = (tail + buf[max(start, stop - _EDGE):stop])[-_EDGE:]
+            edges[:] = [head, tail, size + stop - start]
+            self._start = stop
+
+        hook, self.on_bytes = self.on_bytes, None  # the line's first bytes were reported
+        try:
+            while True:
+                found = _line_end(self._buf, self._start, self._end)
+                if found >= 0:
+                    drop(found)
+                    break
+                drop(self._end - 1)
+                if not self._fill():  # the input ends inside the line
+                    drop(self._end)
+                    break
+        finally:
+            self.on_bytes = hook
+        if len(self._buf) > 2 * _READ:  # grown for this line only: given back
+            rest = self._buf[self._start:self._end]
+            self._buf = bytearray(len(rest) + _READ)
+            self._buf[:len(rest)] = rest
+            self._start, self._end = 0, len(rest)
+        head, tail, size = edges
+        return Skipped(size, head, tail)  # type: ignore[arg-type]
 
     def _take(self, end: int) -> memoryview:
         self._view = memoryview(self._buf)[self._start:end]
@@ -270,7 +343,7 @@ class _Stdin:
     and is remembered (:attr:`last`)."""
 
     def __init__(self, limit: int, fd: int = 0) -> None:
-        self._lines = _Lines(fd)
+        self._lines = _Lines(fd, cap=limit)
         self.limit = limit
         self.last = ""
         self.oversize: Oversize | None = None
@@ -291,13 +364,14 @@ class _Stdin:
         :attr:`parsed` become once back on the event loop)."""
         self._lines.on_bytes = self.on_line
         view = self._lines.readline()
-        if not view:
+        if not isinstance(view, Skipped) and not view:
             return None, "", None, None
         if self.on_line is not None:
             self.on_line()
         big = oversize(view, self.limit)
         if big is not None:
             return "\n", "", big, None  # parsing it would cost many times its size; never read
+        assert not isinstance(view, Skipped)  # a skipped line is over the limit
         message = parse_message(view)
         if message is not None:
             return "\n", "", None, SessionMessage(message)

@@ -204,3 +204,40 @@ def test_uncounted_views_leave_the_correction_as_their_counts_would():
     odd = calibrate(anchor, keys, partial, roles, [False] * 7, 125.0,
                     {"input_tokens": 1_013.5}, {0, 2})
     assert odd is not None and not odd.exact
+
+
+HOSTILE_USAGE = [
+    {"input_tokens": -5, "output_tokens": 3}, {"input_tokens": float("nan")},
+    {"input_tokens": 1e308}, {"input_tokens": 1e308, "cache_read_tokens": 1e308},
+    {"input_tokens": "120"}, {"input_tokens": True, "cache_read_tokens": False},
+    {"input_tokens": 10**400}, {"input_tokens": 5, "cache_read_tokens": 10**400},
+    {"cache_read_tokens": "many", "cache_write_tokens": float("inf")},
+    {"cache_write_tokens": float("nan"), "input_tokens": 40}, {}, {"output_tokens": None},
+    {"input_tokens": 2**63 + 1, "cache_write_tokens": [1]}, {"input_tokens": float("inf")},
+]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 60), min_size=3, max_size=10),
+       budget=st.integers(150, 1_500),
+       usages=st.lists(st.sampled_from(HOSTILE_USAGE), min_size=1, max_size=3))
+def test_hostile_usage_answers_as_the_full_computation_and_leaves_readable_state(
+        tmp_path_factory, sizes, budget, usages):
+    """Usage a host or provider got wrong (negative, NaN, infinite, beyond a float, strings,
+    booleans, a list) never fails a call nor the stats after it, and every reply is the full
+    computation's."""
+    messages = conversation(sizes, [True] * len(sizes))
+    ends = [i for i in range(1, len(messages) + 1)
+            if messages[i - 1].get("stopReason") != "toolUse"]
+    home = tmp_path_factory.mktemp("fast")
+    fast = made(home, False, budget)
+    upto = len(messages) // 2
+    for n, usage in enumerate([None, *usages]):
+        upto = next((e for e in ends if e >= upto + n), len(messages))
+        args = {"messages": messages[:upto], "fmt": "pi", "system": "sys",
+                "token_budget": budget, "model": "a/b", "usage": usage}
+        copy = tmp_path_factory.mktemp("full")
+        shutil.copytree(home, copy, dirs_exist_ok=True)
+        assert outcome(fast, **args) == outcome(made(copy, True, budget), **args)
+        fast.stats("s")

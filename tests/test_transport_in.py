@@ -4,6 +4,7 @@ very message the SDK's own ``validate_json`` makes of the line, or left to the S
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -161,23 +162,40 @@ def read_all(chunks: list[bytes]) -> list[bytes]:
     return got
 
 
+def text_lines(data: bytes) -> list[str]:
+    """The lines the SDK's own stdin reader (a text wrapper, universal newlines) makes."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="latin-1").readlines()
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(min_value=0, max_value=3 << 20), max_size=5),
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=3 << 20),
+                          st.sampled_from([b"\n", b"\r\n", b"\r", b"\r\r\n"])), max_size=5),
        st.booleans(), st.integers(min_value=1, max_value=5 << 20),
        st.sampled_from([None, 1 << 20, 3 << 19]))
 def test_lines_split_as_a_text_reader_splits_them(sizes, unterminated, piece, keep):
     from context_paging.server import transport
 
-    data = b"".join(bytes([65 + n % 26]) * size + b"\n" for n, size in enumerate(sizes))
+    data = b"".join(bytes([65 + n % 26]) * size + end for n, (size, end) in enumerate(sizes))
     if unterminated:
         data += b"tail without a newline"
     chunks = [data[i:i + piece] for i in range(0, len(data), piece)]
     default = transport._KEEP
     transport._KEEP = keep or default  # a small buffer: lines moved to its front, and it grown
     try:
-        assert read_all(chunks) == data.splitlines(keepends=True)
+        got = read_all(chunks)
     finally:
         transport._KEEP = default
+    assert got == data.splitlines(keepends=True)
+    assert [line.rstrip(b"\r\n").decode("latin-1") for line in got] == [
+        line.rstrip("\n") for line in text_lines(data)]
+
+
+@pytest.mark.parametrize("data", [b"a\rb\n", b"a\r", b"\r\n\r\r", b"a\r\nb", b"\r" * 5 + b"x"])
+@pytest.mark.parametrize("piece", [1, 2, 100])
+def test_a_carriage_return_ends_a_line_as_it_does_for_a_text_reader(data, piece):
+    got = read_all([data[i:i + piece] for i in range(0, len(data), piece)])
+    assert [line.rstrip(b"\r\n").decode() for line in got] == [
+        line.rstrip("\n") for line in text_lines(data)]
 
 
 def test_the_first_bytes_of_each_line_are_reported_before_it_is_whole():
@@ -227,3 +245,68 @@ def test_a_buffer_grown_past_what_it_keeps_is_given_back_after_its_line(monkeypa
         thread.join()
         os.close(read)
     assert grown > 4 << 20 and len(lines._buf) <= 4 << 20
+
+
+def test_a_line_past_the_cap_is_read_past_in_bounded_memory_and_the_next_line_read():
+    """A line of many times the cap (or without end) never grows the buffer past the cap and a
+    read: it is dropped as it comes in, its size counted and its edges kept for its id."""
+    from context_paging.server import transport
+
+    cap = 3 * transport._READ  # the buffer grows (to 4 MiB) before the line is past the cap
+    big = (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"'
+           + b"y" * (40 * transport._READ) + b'"},"id":8}\n')
+    read, write = os.pipe()
+    lines = _Lines(read, cap=cap)
+    seen: list[int] = []
+    lines.on_bytes = lambda: seen.append(1)
+    thread = threading.Thread(target=lambda: (os.write(write, big), os.write(write, b"next\n"),
+                                              os.write(write, b"z" * (3 * cap)),
+                                              os.close(write)))
+    thread.start()
+    try:
+        skipped = lines.readline()
+        assert isinstance(skipped, transport.Skipped)
+        assert skipped.size == len(big) and len(lines._buf) <= 2 * transport._READ
+        assert skipped.head == big[:transport._EDGE] and skipped.tail == big[-transport._EDGE:]
+        found = oversize(skipped, cap)
+        assert found is not None and (found.size, found.ident, found.tool_call) == (
+            len(big), 7, True)
+        assert bytes(lines.readline()) == b"next\n"
+        unended = lines.readline()  # no newline before the end of the input
+        assert isinstance(unended, transport.Skipped) and unended.size == 3 * cap
+        assert not lines.readline()
+    finally:
+        thread.join()
+        os.close(read)
+    assert len(lines._buf) <= 2 * transport._READ  # given back
+    assert 1 <= len(seen) <= 3  # at most once a line, not once per read of the skipped one
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_a_line_read_past_ends_where_a_text_reader_ends_it(piece):
+    from context_paging.server import transport
+
+    cap = 1000
+    data = (b"y" * (3 * cap) + b"\r\n" + b"next\r" + b"z" * (2 * cap) + b"\r" + b"last\n"
+            + b"w" * (2 * cap) + b"\r")
+    read, write = os.pipe()
+    lines = _Lines(read, cap=cap)
+    thread = threading.Thread(target=lambda: ([os.write(write, data[i:i + piece])
+                                               for i in range(0, len(data), piece)],
+                                              os.close(write)))
+    thread.start()
+    try:
+        got = []
+        while line := lines.readline():
+            got.append(line if isinstance(line, transport.Skipped) else bytes(line))
+    finally:
+        thread.join()
+        os.close(read)
+    expected = data.splitlines(keepends=True)
+    assert len(got) == len(expected)
+    for line, whole in zip(got, expected, strict=True):
+        if isinstance(line, transport.Skipped):  # only a line over the cap, never a short one
+            assert len(whole) > cap and line.size == len(whole)
+            assert (line.head, line.tail) == (whole[:transport._EDGE], whole[-transport._EDGE:])
+        else:
+            assert line == whole
