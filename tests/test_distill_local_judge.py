@@ -12,6 +12,7 @@ from context_paging.paging.distill import (
     chunk_output,
     distill,
 )
+from context_paging.paging.distill import judge as judge_module
 from context_paging.paging.distill.model import JudgeContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,3 +189,25 @@ def test_the_words_of_a_text_are_the_word_patterns_matches(text):
     from context_paging.paging.distill import judge
 
     assert judge._words(text) == set(judge._WORD.findall(text))
+
+
+# --- paths in a text, around runs too long to be one -------------------------------------------
+
+_PATHISH = st.text(alphabet="ab1_.-/@~+ :\n", max_size=300)
+
+
+@given(_PATHISH)
+@settings(max_examples=300, deadline=None)
+def test_paths_of_a_text_without_long_runs_are_the_patterns_matches(text):
+    assert judge_module._paths(text) == judge_module._PATH.findall(text)
+
+
+def test_a_run_too_long_to_be_a_path_is_left_out_and_the_text_around_it_is_read():
+    limit = judge_module.PATH_RUN_LIMIT
+    blob = "x" * 48_000 + "/y.py"  # one run: a pasted token, a path at its end
+    text = f"see src/a.py, then {blob} and lib/b/c.ts"
+    assert judge_module._paths(text) == ["src/a.py", "lib/b/c.ts"]
+    assert judge_module.Evidence.of_text(text).paths == {"src/a.py", "lib/b/c.ts"}
+    just_short = "d" * (limit - 6) + "/e.py"  # one character under the limit: still a path
+    assert judge_module._paths(f"x {just_short} y") == [just_short]
+    assert judge_module._paths(f"x {just_short}z y") == []

@@ -47,6 +47,12 @@ class Judge(Protocol):
 _BACKTICK = re.compile(r"`([^`\n]+)`")
 _FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 _PATH = re.compile(r"[\w@~+-][\w@~.+-]*(?:/[\w@~.+-]+)+|[\w+-][\w.+-]*\.[A-Za-z][A-Za-z0-9]{0,9}")
+# A match of _PATH lies inside one run of these characters; tried at every position of a long
+# run it cannot match in (no slash, no dot before a letter), it scans to the run's end each
+# time: 40 s for a pasted 48,000-character token. Runs this long are no path anyone cites, so
+# they are left out and the text around them is read as before (:func:`_paths`).
+PATH_RUN_LIMIT = 256
+_LONG_RUN = re.compile(rf"(?<![\w@~.+/-])[\w@~.+/-]{{{PATH_RUN_LIMIT},}}")
 _TOKEN = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
 _FAILURE = re.compile(
@@ -176,7 +182,7 @@ class Evidence:
         for span in spans:
             if _TOKEN.fullmatch(span.strip()) and len(span.strip()) >= 3:
                 identifiers.add(span.strip())
-        for match in _PATH.findall(text):
+        for match in _paths(text):
             path = match.rstrip(".")
             if len(path) >= 4 and ("/" in path or KNOWN_EXTENSION.search(path)):
                 paths.add(path)
@@ -572,6 +578,18 @@ def scores_from_ids(ids: frozenset[int] | None, chunks: Sequence[Chunk]) -> dict
     if ids is None:
         return None
     return {c.index: 1.0 if c.index in ids else 0.0 for c in chunks}
+
+
+def _paths(text: str) -> list[str]:
+    """``_PATH.findall(text)`` outside the runs of ``PATH_RUN_LIMIT`` or more path characters
+    (the same list where the text has none)."""
+    found: list[str] = []
+    start = 0
+    for run in _LONG_RUN.finditer(text):
+        found += _PATH.findall(text, start, run.start())
+        start = run.end()
+    found += _PATH.findall(text, start)
+    return found
 
 
 @functools.lru_cache(maxsize=16_384)
