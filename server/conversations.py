@@ -20,6 +20,7 @@ import secrets
 import threading
 from collections import OrderedDict
 
+from context_paging.server.resent import same_objects
 from context_paging.server.wire import Body
 
 _MARKER = re.compile(rb',\s*"cache_control"\s*:\s*\{[^{}]*\}|"cache_control"\s*:\s*\{[^{}]*\}\s*,?')
@@ -34,11 +35,7 @@ def chain(body: Body, field: str, known: tuple[list, list[bytes]] = ([], [])) ->
     two bodies share), their digests are taken as they are, so only new messages are hashed."""
     messages = body.value[field]
     objects, digests = known
-    same = 0
-    for mine, theirs in zip(messages, objects):  # noqa: B905 (the shorter one ends it)
-        if mine is not theirs:
-            break
-        same += 1
+    same = same_objects(messages, objects)
     out = list(digests[:same])
     previous = out[-1] if out else b""
     for start, end in body.items[same:]:

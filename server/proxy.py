@@ -41,7 +41,7 @@ from context_paging.server.conversations import Chains
 from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, HEALTH_PATH
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
-from context_paging.server.resent import Resent
+from context_paging.server.resent import Resent, same_objects
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -415,11 +415,7 @@ def marked_resident(api: wire.Api, body: wire.Body, known: Marks = ([], None)) -
     items after them are looked at."""
     items = body.value[api.field]
     objects, first = known
-    same = 0
-    for mine, theirs in zip(items, objects):  # noqa: B905 (the shorter one ends it)
-        if mine is not theirs:
-            break
-        same += 1
+    same = same_objects(items, objects)
     if first is not None and first < same:
         return items, first
     for index in range(same, len(items)):

@@ -107,3 +107,16 @@ def read_after(previous: wire.Body, raw: bytes, shared: int, field: str) -> wire
     members[field] = (start, byte_spans[field][1])
     return wire.checked(raw, value, members, (*previous.items[:kept], *byte_items), field,
                         numbers)
+
+
+def same_objects(items: list, objects: list) -> int:
+    """How many leading ``items`` are the very objects of ``objects``: a body read after an
+    earlier one (:func:`read_after`) reuses that body's values for the bytes they share, so
+    whatever was worked out for those values still holds for them."""
+    same = 0
+    for mine, theirs in zip(items, objects):  # noqa: B905 (the shorter one ends it)
+        if mine is not theirs:
+            break
+        same += 1
+    return same
+
