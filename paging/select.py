@@ -285,7 +285,13 @@ class _Selector:
         return estimate + self.c <= limit
 
     def reported(self, estimate: float) -> float:
-        return max(0, estimate + self.c)
+        """The estimate as replies show it: a whole number is an int, whether the figures that
+        summed to it were ints or floats (a view left uncounted is 0.0 where the full
+        computation counted an int), so the same window is always reported the same way."""
+        value = max(0, estimate + self.c)
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            return int(value)
+        return value
 
     def _error(self, code: str, text: str, estimate: float, limit: float) -> ContextSelectionError:
         shown = self.reported(estimate)

@@ -17,7 +17,7 @@ from context_paging.index.ledger import Ledger
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging.calibrate import Anchor, Sent, calibrate, counted_views
 from context_paging.paging.distill import DistillConfig
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_window_cost import conversation, floored_words, outcome, spare_time, words
@@ -72,6 +72,11 @@ def usage_of(reply: dict, factor: float, split: int) -> dict[str, int]:
     estimator=st.sampled_from(["tiktoken", "floors", "chars4"]),
     fmt=st.sampled_from(["pi", "anthropic"]),
 )
+@example(  # a snapped window holding a view left uncounted (0.0): reported as the int 140
+    sizes=[0, 0, 0, 0, 0, 0, 0, 7, 0, 0], answers=[False] * 6 + [True, True] + [False] * 8,
+    budget=150, trim=None, window=None, distill=False,
+    steps=[(0, 1.0, 0, False), (11, 1.0, 0, False)], ahead=None, note=8,
+    estimator="tiktoken", fmt="pi")
 def test_calibrated_calls_answer_as_the_full_computation(
         tmp_path_factory, sizes, answers, budget, trim, window, distill, steps, ahead, note,
         estimator, fmt):
