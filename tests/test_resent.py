@@ -39,6 +39,20 @@ def same_body(got: wire.Body, want: wire.Body) -> bool:
             and dict(got.spans) == dict(want.spans) and got.items == want.items)
 
 
+def stepped(conversation: list, kind: str, args: list) -> list:
+    """The conversation after one step of a script: ``append`` messages, ``edit`` one's
+    content, ``rewind`` to a length; any other step leaves it as it is."""
+    if kind == "append":
+        return conversation + args[0]
+    if kind == "edit" and conversation:
+        at = args[0] % len(conversation)
+        return [*conversation[:at], {**conversation[at], "content": args[1]},
+                *conversation[at + 1:]]
+    if kind == "rewind":
+        return conversation[:args[0] % (len(conversation) + 1)]
+    return conversation
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(["messages", "input"]), st.lists(steps, min_size=1, max_size=12),
        st.sampled_from([None, 1]), st.booleans(), st.booleans())
@@ -47,15 +61,8 @@ def test_a_body_read_against_earlier_ones_is_the_body_read_whole(field, script, 
     resent = Resent()
     lead, trail, conversation = "m", "t", []
     for number, (kind, *args) in enumerate(script):
-        if kind == "append":
-            conversation = conversation + args[0]
-        elif kind == "edit" and conversation:
-            at = args[0] % len(conversation)
-            conversation = [*conversation[:at], {**conversation[at], "content": args[1]},
-                            *conversation[at + 1:]]
-        elif kind == "rewind":
-            conversation = conversation[:args[0] % (len(conversation) + 1)]
-        elif kind == "lead":
+        conversation = stepped(conversation, kind, args)
+        if kind == "lead":
             lead = args[0]
         elif kind == "trail":
             trail = args[0]
@@ -215,14 +222,7 @@ def test_whether_a_resident_item_offers_the_tools_is_the_same_looking_only_at_ne
         api, script):
     resent, known, conversation = Resent(), ([], None), []
     for kind, *args in [("append", [{"role": "user", "content": "go"}]), *script]:
-        if kind == "append":
-            conversation = conversation + args[0]
-        elif kind == "edit" and conversation:
-            at = args[0] % len(conversation)
-            conversation = [*conversation[:at], {**conversation[at], "content": args[1]},
-                            *conversation[at + 1:]]
-        elif kind == "rewind":
-            conversation = conversation[:args[0] % (len(conversation) + 1)]
+        conversation = stepped(conversation, kind, args)
         raw = render(api.field, "m", conversation, "t", None, True)
         body = resent.read(raw, api.field)
         resent.remember("c", body)

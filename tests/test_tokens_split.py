@@ -87,14 +87,21 @@ def test_the_benchmark_output_adds_up_at_every_split():
     assert_adds_up(bench_output(), limit=60)
 
 
-@pytest.mark.parametrize("path", recorded_params())
-def test_the_recorded_sessions_texts_add_up(path):
+
+def recorded_texts(path) -> list[str]:
+    """The strings of 20 characters or more in a recorded session file (unreadable lines
+    skipped)."""
     texts: list[str] = []
     for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
         try:
             long_strings(json.loads(line), texts, least=20)
         except json.JSONDecodeError:
             continue
+    return texts
+
+@pytest.mark.parametrize("path", recorded_params())
+def test_the_recorded_sessions_texts_add_up(path):
+    texts = recorded_texts(path)
     assert texts
     for text in texts:
         assert_adds_up(text, limit=12)
@@ -197,12 +204,7 @@ def test_the_piece_floor_holds_on_large_outputs_and_is_near_their_count():
 
 @pytest.mark.parametrize("path", recorded_params())
 def test_the_piece_floor_never_exceeds_the_count_of_recorded_outputs(path):
-    texts: list[str] = []
-    for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
-        try:
-            long_strings(json.loads(line), texts, least=20)
-        except json.JSONDecodeError:
-            continue
+    texts = recorded_texts(path)
     assert texts
     for text in texts:
         assert tokens.piece_floor(text) <= whole(text)
