@@ -106,11 +106,14 @@ SERVE_ON_A_TERMINAL = (
 
 def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
+    from context_paging.server import heap
     from context_paging.server.histories import loading_history
     from context_paging.server.mcp_server import create_server
     from context_paging.server.transport import serve_stdio
 
-    server = create_server(settings, loading_history(settings), tools=args.tools)
+    # The collector is settled once the History has loaded: by then the SDK, the index and the
+    # tokenizer are in (server/heap.py).
+    server = create_server(settings, loading_history(settings, heap.settle), tools=args.tools)
     _stop_on_interrupt(server.history, server.history_lock)
     if sys.stdin.isatty():  # a person ran it by hand: say what it is instead of sitting silent
         print(SERVE_ON_A_TERMINAL, file=sys.stderr, flush=True)

@@ -4,6 +4,7 @@ and the terminal commands get it without importing the MCP server and its SDK.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from context_paging.paging.distill import DistillConfig
@@ -43,9 +44,11 @@ def distill_config(settings: Settings) -> DistillConfig:
     return distill
 
 
-def loading_history(settings: Settings) -> LoadingHistory:
-    """``serve``'s History: loading on a background thread from now on (server/warmup.py)."""
+def loading_history(settings: Settings, then: Callable[[], None] | None = None
+                    ) -> LoadingHistory:
+    """``serve``'s History: loading on a background thread from now on (server/warmup.py);
+    ``then`` runs on that thread once it is loaded."""
     from context_paging.server.warmup import LoadingHistory
 
     distill = distill_config(settings)
-    return LoadingHistory(lambda: make_history(settings, distill), distill).start()
+    return LoadingHistory(lambda: make_history(settings, distill), distill, then).start()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from context_paging.index import private
-from context_paging.server import agents, clients, service, undo
+from context_paging.server import agents, clients, heap, service, undo
 from context_paging.server.config import Settings
 from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI
 
@@ -150,12 +150,14 @@ def cmd_proxy(args: argparse.Namespace, settings: Settings) -> int:
               "is a proxy already running? Pick another --port", file=sys.stderr)
         return 2
     app, history = make_app(settings, args)
+    server = _server(app, sock, args.host)
+    heap.settle()  # everything the proxy runs on is loaded (server/heap.py)
     open_for_requests(sock)  # only now: until here a connection is refused, not left waiting
     print(f"context-paging proxy on http://{args.host}:{args.port} → Anthropic "
           f"{args.upstream_anthropic}, OpenAI {args.upstream_openai} (Ctrl-C stops)",
           file=sys.stderr)
     try:
-        _server(app, sock, args.host).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         history.close()
         sock.close()
@@ -195,6 +197,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     app, history = make_app(settings, args)
     server = _server(app, sock)
+    heap.settle()  # everything the proxy runs on is loaded (server/heap.py)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()  # the socket already listens: the child can connect at once
     scratch = tempfile.TemporaryDirectory(prefix="context-paging-run-")

@@ -29,8 +29,10 @@ log = logging.getLogger("context_paging")
 class LoadingHistory:
     """A History built by ``build()`` on a daemon thread; its methods wait for it."""
 
-    def __init__(self, build: Callable[[], History], distill_config: DistillConfig) -> None:
+    def __init__(self, build: Callable[[], History], distill_config: DistillConfig,
+                 then: Callable[[], None] | None = None) -> None:
         self._build = build
+        self._then = then  # run once the History is loaded (``serve``: server/heap.py)
         self.distill_config = distill_config  # what the sampler needs before the History exists
         self._done = threading.Event()
         self._history: History | None = None
@@ -53,6 +55,8 @@ class LoadingHistory:
             self._error = exc
         else:
             self._history = history
+            if self._then is not None:
+                self._then()
         finally:
             self._done.set()
 

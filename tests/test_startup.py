@@ -214,3 +214,54 @@ def test_a_history_never_started_in_the_background_is_loaded_by_its_first_call(t
     assert reply["mode"] == "within_budget"
     assert built == [threading.current_thread().name]  # loaded once, by the call itself
     loading.close()
+
+
+def test_the_hook_runs_once_the_history_has_loaded_and_not_when_it_failed(tmp_path):
+    settings = load_settings(home=tmp_path / "home")
+    ran = []
+    loading = LoadingHistory(lambda: make_history(settings), distill_config(settings),
+                             lambda: ran.append(loading.ready))
+    loading.loaded()
+    assert ran == [False]  # before the History is handed out: nothing waits on it yet
+    loading.close()
+
+    def broken():
+        raise OSError(13, "Permission denied")
+
+    failing = LoadingHistory(broken, distill_config(settings), lambda: ran.append("failed"))
+    with pytest.raises(OSError):
+        failing.loaded()
+    assert ran == [False]
+
+
+def test_after_the_start_up_settles_a_long_first_call_runs_no_full_collection(tmp_path):
+    """serve and the proxy settle the collector once loaded (server/heap.py): the start-up's
+    objects are frozen (a full collection never walks them again), and a first call on the
+    benchmark's 901 messages (15 MiB) starts no full collection and a few young ones (33
+    with CPython's default threshold)."""
+    code = f"""
+import gc, json, sys
+sys.path.insert(0, {str(PROJECT)!r})
+from bench.select_bench import workload, arguments
+import mcp  # the SDK's objects, as in serve
+from context_paging.server.config import load_settings
+from context_paging.server.histories import make_history
+from context_paging.server import heap
+history = make_history(load_settings(home={str(tmp_path / 'home')!r}))
+history.context
+messages = workload()
+heap.settle()
+before = [s["collections"] for s in gc.get_stats()]
+args = arguments(messages)
+history.select_context(args["session"], messages, fmt="pi", system=args["system"],
+                       tools=args["tools"], model_window=args["model_window"],
+                       token_budget=args["token_budget"])
+after = [s["collections"] for s in gc.get_stats()]
+print(json.dumps([gc.get_freeze_count(), [b - a for a, b in zip(before, after)]]))
+history.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PROJECT, timeout=WAIT)
+    frozen, collections = json.loads(out.stdout.splitlines()[-1])
+    assert frozen > 10_000
+    assert collections[2] == 0 and collections[0] <= 10
