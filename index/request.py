@@ -17,16 +17,13 @@ Two ways to avoid paying for the whole history on every call (docs/architecture.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import repeat, takewhile
 from operator import eq, itemgetter
 from typing import Any
 
-from context_paging.index.canonical import canonical
 from context_paging.index.ledger import LedgerSession, fingerprint
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
@@ -105,57 +102,15 @@ def strict(value: Any) -> Any:
     return value
 
 
-# Canonical JSON handed to the hashing helper at a time: large enough that handing it over
-# costs nothing next to hashing it, small enough that the last batch's wait is short.
-HASH_BATCH_BYTES = 1 << 20
-
-
 def fingerprints(messages: Sequence[Any]) -> list[str]:
-    """``[index.ledger.fingerprint(m) for m in messages]``, the same values.
+    """``[index.ledger.fingerprint(m) for m in messages]``.
 
-    Where a core is free (``index.window_estimate.spare_core``), each megabyte of canonical
-    JSON is hashed on a helper thread while this one writes the next: hashlib releases the GIL
-    while it hashes a large buffer, so a first request of 15 MiB hashes beside its own
-    serialization instead of after it. Smaller requests never fill a batch and stay here."""
-    from context_paging.index.window_estimate import spare_core
-
-    if not spare_core():
-        return [fingerprint(m) for m in messages]
-    done: list[Future[list[str]]] = []
-    batch: list[bytes] = []
-    size = 0
-    for message in messages:
-        data = canonical(message)
-        batch.append(data)
-        size += len(data)
-        if size >= HASH_BATCH_BYTES:
-            try:
-                done.append(_hasher().submit(_digests, batch))
-            except RuntimeError:  # the interpreter is shutting down: hash it here
-                done.append(_finished(_digests(batch)))
-            batch, size = [], 0
-    tail = _digests(batch)
-    return [print_ for future in done for print_ in future.result()] + tail
-
-
-def _digests(batch: list[bytes]) -> list[str]:
-    return [hashlib.sha256(data).hexdigest()[:32] for data in batch]
-
-
-def _finished(value: list[str]) -> Future[list[str]]:
-    future: Future[list[str]] = Future()
-    future.set_result(value)
-    return future
-
-
-_HASHER: list[ThreadPoolExecutor] = []
-
-
-def _hasher() -> ThreadPoolExecutor:
-    """The hashing helper thread, made on first use."""
-    if not _HASHER:
-        _HASHER.append(ThreadPoolExecutor(1, thread_name_prefix="context-paging-hash"))
-    return _HASHER[0]
+    On this thread, one message at a time. Hashing on a helper thread beside the serialization
+    was measured slower on an idle 2-core machine, 25 ms against 14 ms for the benchmark's
+    15 MiB request (docs/performance.md, "Fingerprints on one thread"): the helper waited for
+    the interpreter lock at every hand-over, and every canonical form had to stay alive until
+    it was hashed, in memory the next one could not reuse."""
+    return [fingerprint(m) for m in messages]
 
 
 class FingerprintMemo:
@@ -213,8 +168,7 @@ class FingerprintMemo:
 
 def _fingerprints(messages: Sequence[Any], start: int,
                   skip: Collection[int]) -> list[str | None]:
-    """The fingerprints of ``messages[start:]``, None for the ``skip`` ones (through
-    :func:`fingerprints`: a large batch hashes beside its serialization)."""
+    """The fingerprints of ``messages[start:]``, None for the ``skip`` ones."""
     indexes = range(start, len(messages))
     prints = iter(fingerprints([messages[i] for i in indexes if i not in skip]))
     return [None if i in skip else next(prints) for i in indexes]

@@ -207,19 +207,3 @@ def test_a_host_editing_its_message_in_place_gets_a_new_view():
     assert again == read(messages, "pi", [], prints(messages))
     assert again.interrupted[3] and taken(again, earlier) == 3
     assert again.views.views[3].message is not messages[3]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=300),
-                             lambda inner: st.lists(inner, max_size=4)
-                             | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                             max_leaves=12), max_size=30),
-       st.integers(1, 2_000))
-def test_fingerprints_hashed_on_the_helper_are_each_messages_own(messages, batch):
-    from context_paging.index import request, window_estimate
-
-    expected = [fingerprint(m) for m in messages]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(request, "HASH_BATCH_BYTES", batch)
-        patch.setattr(window_estimate, "spare_core", lambda: True)
-        assert request.fingerprints(messages) == expected

@@ -17,9 +17,8 @@ import math
 from pathlib import Path
 
 import pytest
-from context_paging.index import ledger, window_distill, window_estimate
-from context_paging.index import request as request_module
 from context_paging.index import window as context
+from context_paging.index import window_distill, window_estimate
 from context_paging.index.ledger import Ledger, LedgerSession
 from context_paging.index.window import ContextService, ContextSettings
 from context_paging.paging import select
@@ -153,10 +152,9 @@ def _facts_from_scratch(outputs, calls, reach):
 
 
 @pytest.fixture(autouse=True)
-def hashing_beside_serialization(monkeypatch):
-    """The fast services hash fingerprints on the helper thread, a batch every 256 bytes,
-    whatever the machine's load (``index.request.fingerprints``)."""
-    monkeypatch.setattr(request_module, "HASH_BATCH_BYTES", 256)
+def helpers_in_use(monkeypatch):
+    """The fast services count on the helper threads whatever the machine's load
+    (``index.window_estimate.spare_core``)."""
     monkeypatch.setattr(window_estimate, "spare_core", lambda: True)
 
 
@@ -198,9 +196,6 @@ def full_computation():
             return append(self, *args, **kwargs)
 
         patch.setattr(LedgerSession, "append", append_walking)
-        # Fingerprints one after another, each hashed where it is serialized.
-        patch.setattr(request_module, "fingerprints",
-                      lambda messages: [ledger.fingerprint(m) for m in messages])
         # Exact counting back to the reach: no floors past the trim target.
         patch.setattr(window_estimate.Estimates, "floor_chars", lambda self: None)
         yield
