@@ -1,15 +1,15 @@
-"""Counting a large output on helper threads against counting it on the call's own thread,
-side by side in one run (server/tokens.py, index/window_estimate.py).
+"""Counting a large output in two halves on two threads against counting it on the call's own
+thread, side by side in one run (server/tokens.py).
 
 * ``split``: a 52 KB tool output of select_bench's workload counted whole, then in two halves
   on two threads (``text_counter``'s split), in pairs, p50 of each and their ratio; then the
   same with the counter as configured (the load decides whether it splits);
 * ``calls``: ``after_id`` library calls of select_bench's workload, two services taking turns
-  call by call, one with both helpers (the split and ``Estimates.prefetch``) forced on, one
-  with them forced off; p50 of each and their ratio.
+  call by call, one with the split forced on, one with it forced off; p50 of each and their
+  ratio.
 
-The helpers normally run only when the last minute's load leaves a core free; this bench forces
-them, to show what they would do on this machine now. It prints the load average it ran at.
+The split normally runs only when the last minute's load leaves a core free; this bench forces
+it, to show what it would do on this machine now. It prints the load average it ran at.
 
     python bench/count_threads.py [--pairs 200] [--calls 20]
 """
@@ -34,7 +34,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import select_bench as sb
-    from context_paging.index import window as window_module
     from context_paging.index.ledger import Ledger
     from context_paging.index.window import ContextService, ContextSettings
     from context_paging.server import tokens
@@ -42,7 +41,6 @@ def main() -> None:
     forced = {"on": True}
     configured = tokens.spare_core
     tokens.spare_core = lambda: forced["on"]
-    window_module.spare_core = lambda: forced["on"]
     count = tokens.text_counter()
     encoding = tokens.cl100k()
     if count is None or encoding is None:
@@ -93,7 +91,7 @@ def main() -> None:
             svc.idle()
     on_ms = statistics.median(services[True][2]) * 1000
     off_ms = statistics.median(services[False][2]) * 1000
-    print(f"after_id calls, p50 of {args.calls}: helpers on {on_ms:.2f} ms, off {off_ms:.2f} ms "
+    print(f"after_id calls, p50 of {args.calls}: split on {on_ms:.2f} ms, off {off_ms:.2f} ms "
           f"(x{on_ms / off_ms:.2f})  load {os.getloadavg()[0]:.1f}")
 
 

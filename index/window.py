@@ -47,7 +47,7 @@ from context_paging.index.window_distill import (
     provider_of,
     without,
 )
-from context_paging.index.window_estimate import Estimates, spare_core
+from context_paging.index.window_estimate import Estimates
 from context_paging.index.window_state import Latest, SessionState
 from context_paging.paging.cache_cost import horizon, prices_for
 from context_paging.paging.calibrate import Anchor, Calibration, Sent, calibrate, counted_views
@@ -141,7 +141,7 @@ class ContextService:
         self.ledger = ledger
         self.settings = settings
         self.count_text = count_text if settings.estimator == "tiktoken" else None
-        self.estimates = Estimates(self.count_text, spare_core)
+        self.estimates = Estimates(self.count_text)
         self.distiller = Distiller(settings.distill, self.count_text)
         self.latest: dict[str, dict[str, Any]] = {}  # per session: the last reply's figures
         self._fingerprints = FingerprintMemo()
@@ -203,9 +203,6 @@ class ContextService:
         # stored, so no tool ever sees its messages (docs/sessions.md, "One bad exchange never
         # hides the rest").
         request = self.read(session, messages, fmt, ephemeral, after_id, self.settings.enabled)
-        if self.settings.enabled and not self.reference:
-            # A new large output starts counting on a helper while the call records and distills.
-            self.estimates.prefetch(request)
         ledger = self.record(session, request)
         if not self.settings.enabled:
             return _form(_disabled(request.messages) | {"last_message_id": ledger.head},

@@ -10,12 +10,11 @@ a floor instead of 0 (``paging.tokens.token_floor``, a lower bound just the same
 between calls counts some of them ahead (``ahead``, run by ``ContextService.idle``, never inside
 a call).
 
-The newest large views the cache lacks (a new tool output of tens of kilobytes) start counting
-on a helper thread as soon as the request is read (:meth:`Estimates.prefetch`), while the call
-records, loads its state and distills; tiktoken releases the GIL while it encodes. The estimate
-step takes the helper's result for the same key, the same count of the same message. Only when
-the machine's load leaves a core free (:func:`spare_core`): otherwise the helper would only
-wait for a core.
+A large text is counted in two halves on two threads when the machine's load leaves a core free
+(:func:`spare_core`, used by ``server.tokens``): the call's thread waits for the other half
+while it counts its own, so the hand-over costs nothing. Counting ahead on a helper thread while
+the call recorded and distilled was measured slower (docs/performance.md, "Counting on one
+helper, not two").
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from context_paging.paging.estimate import chars4_tokens, resident_chars4, text_chars4
@@ -35,28 +33,18 @@ from context_paging.paging.request import Request
 from context_paging.paging.tokens import (
     counted_resident,
     counted_tokens,
-    message_parts,
     token_floor,
 )
 
 ESTIMATE_CACHE = 50_000
 TEXT_CACHE = 64
-# Prefetch: the newest this many views, each of at least this many characters (a smaller one
-# costs less to count than to hand over).
-PREFETCH_VIEWS = 8
-PREFETCH_CHARS = 16_000
 
 
 class Estimates:
     """Estimates with the configured counter: ``count_text`` (tiktoken) or characters/4."""
 
-    def __init__(self, count_text: Callable[[str], int] | None,
-                 spare: Callable[[], bool] | None = None) -> None:
+    def __init__(self, count_text: Callable[[str], int] | None) -> None:
         self.count_text = count_text
-        # Whether a helper thread may count ahead now (None: never).
-        self.spare = spare
-        self.prefetch_chars = PREFETCH_CHARS
-        self._pending: dict[tuple[str, int], Future[float]] = {}
         self.cache: OrderedDict[tuple[str, int], float] = OrderedDict()
         # Texts every call counts again: the system prompt and tools, the frozen notice (sent
         # unchanged until the cut advances). Counted once per distinct text.
@@ -175,37 +163,6 @@ class Estimates:
         uncounted view; :meth:`ahead` takes the cached values of the rest between calls."""
         lazy.update(range(index + 1))
 
-    def prefetch(self, request: Request) -> None:
-        """Start counting the newest large views the cache lacks on the helper thread, when a
-        core is free for it. Results no call took are dropped at the next prefetch."""
-        for future in list(self._pending.values()):  # another session's call may pop one
-            future.cancel()  # not started yet: never started (a started one just finishes)
-        self._pending = {}
-        if self.count_text is None or self.spare is None or not self.spare():
-            return
-        views, prints = request.views.views, request.fingerprints
-        for index in range(len(views) - 1, max(-1, len(views) - 1 - PREFETCH_VIEWS), -1):
-            view = views[index]
-            fp = prints[view.source]
-            key = None if fp is None else (fp, view.part)
-            if key is None or key in self.cache or key in self._pending:
-                continue
-            size = sum(len(part) for part in message_parts(view.message)
-                       if isinstance(part, str))
-            if size >= self.prefetch_chars:
-                try:
-                    self._pending[key] = _helper().submit(self.message, view.message)
-                except RuntimeError:  # the interpreter is shutting down
-                    return
-
-    def _counted(self, key: tuple[str, int] | None, message: dict[str, Any]) -> float:
-        """The message's count: the helper's when it counts this key (waiting for it if it has
-        started, else taking the count back), else counted here."""
-        future = None if key is None else self._pending.pop(key, None)
-        if future is not None and not future.cancel():
-            return future.result()
-        return self.message(message)
-
     def view(self, index: int, request: Request, distilled: Mapping[int, Any],
              count: bool = True) -> float | None:
         """One view's estimate from the cache, else counted (None when ``count`` is false)."""
@@ -221,7 +178,7 @@ class Estimates:
         value = None if key is None else self.cache.get(key)
         if value is not None or not count:
             return value
-        value = self._counted(key, message)
+        value = self.message(message)
         if key is not None:
             self.cache[key] = value
             if len(self.cache) > ESTIMATE_CACHE:
@@ -290,9 +247,3 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-@functools.cache
-def _helper() -> ThreadPoolExecutor:
-    """The prefetch thread, made on first use."""
-    return ThreadPoolExecutor(1, thread_name_prefix="context-paging-prefetch")

@@ -151,13 +151,6 @@ def _facts_from_scratch(outputs, calls, reach):
             for o in outputs]
 
 
-@pytest.fixture(autouse=True)
-def helpers_in_use(monkeypatch):
-    """The fast services count on the helper threads whatever the machine's load
-    (``index.window_estimate.spare_core``)."""
-    monkeypatch.setattr(window_estimate, "spare_core", lambda: True)
-
-
 @contextlib.contextmanager
 def full_computation():
     """Every shortcut of this module's subject off (see the module docstring)."""
@@ -626,58 +619,3 @@ def test_view_keys_without_followers_are_the_general_walks(fmt):
                      for i in followers.get(request.views.views[index].source, ()))
         general.append(None if None in more else (request.format, request.keys[index], more))
     assert window_distill.view_keys(request) == general and general
-
-
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    turns=st.lists(st.tuples(st.integers(0, 160), st.sampled_from(PATHS), st.booleans(),
-                             st.booleans()), min_size=3, max_size=12),
-    budget=st.integers(200, 4_000),
-    steps=st.lists(st.integers(1, 3), min_size=2, max_size=4),
-    least=st.sampled_from([1, 300, 2_000]),
-)
-def test_counting_ahead_on_the_helper_answers_as_the_full_computation(
-        tmp_path_factory, turns, budget, steps, least):
-    """The newest large views start counting on a helper thread when the request is read
-    (index.window_estimate ``prefetch``), forced on here at small sizes (``least``
-    characters): distilled views (another key) and views the call never counts included, the
-    replies and states are the full computation's."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from context_paging.index import window_estimate
-
-    class Helper(ThreadPoolExecutor):
-        submitted = 0
-
-        def submit(self, *args, **kwargs):
-            Helper.submitted += 1
-            return super().submit(*args, **kwargs)
-
-    helper = Helper(1)
-    messages = [m for n, (lines, path, answer, failing) in enumerate(turns)
-                for m in turn(n, lines, path, answer, failing)]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(context, "spare_core", lambda: True)
-        patch.setattr(window_estimate, "PREFETCH_CHARS", least)
-        patch.setattr(window_estimate, "_helper", lambda: helper)
-        fast = service(tmp_path_factory.mktemp("fast"), reference=False, budget=budget)
-        full = service(tmp_path_factory.mktemp("full"), reference=True, budget=budget)
-        upto, sent, last, whole = max(1, len(messages) - 4 * sum(steps)), 0, None, []
-        answered = 0
-        for grow in steps:
-            upto = min(len(messages), upto + 4 * grow)
-            new = messages[sent:upto] + [{"role": "user", "content": "go on"}]
-            whole += new
-            args = {"fmt": "pi", "system": "sys", "token_budget": budget}
-            after = {"after_id": last["last_message_id"]} if last else {}
-            got = outcome(fast, messages=new if last else whole, **args, **after)
-            with full_computation():
-                assert got == outcome(full, messages=whole, **args)
-            last, sent = json.loads(got)[0], upto
-            if "last_message_id" not in last:  # refused (a cut exchange): the shape ends here
-                break
-            answered += 1
-    helper.shutdown()
-    if least == 1 and answered:  # each answered call had new views: counts were started
-        assert Helper.submitted >= answered
