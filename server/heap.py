@@ -9,10 +9,11 @@ distillation's chunks) to start one: in ``serve``, full collections took 50–11
 first call that otherwise takes about 110 ms (docs/performance.md, "The collector in the
 long-running commands").
 
-:func:`settle` runs once, when the start-up's imports and loading are done: it collects what
-start-up left behind, then moves every object still alive into the permanent generation
-(``gc.freeze``): those are never walked again, and are still freed by reference counting as
-usual. It also raises the young generation's threshold, so a call's thousands of short-lived
+:func:`settle` runs once, when the start-up's imports and loading are done: it moves every
+object alive into the permanent generation (``gc.freeze``): those are never walked again, and
+are still freed by reference counting as usual. It does not collect first: at that point a
+collection found 20 unreachable objects in ``serve`` and took 43 ms, which a first call waiting
+for the History would wait for too. It also raises the young generation's threshold, so a call's thousands of short-lived
 containers are looked at a few times instead of some thirty. Nothing here changes what any call
 answers; the library itself never touches the collector (a host's process is the host's).
 """
@@ -27,8 +28,7 @@ YOUNG = 10_000
 
 
 def settle() -> None:
-    """Collect once, freeze what is left, and widen the young generation (see the module)."""
-    gc.collect()
+    """Freeze what is alive and widen the young generation (see the module)."""
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG, middle, old)
