@@ -13,9 +13,10 @@ long-running commands").
 object alive into the permanent generation (``gc.freeze``): those are never walked again, and
 are still freed by reference counting as usual. It does not collect first: at that point a
 collection found 20 unreachable objects in ``serve`` and took 43 ms, which a first call waiting
-for the History would wait for too. It also raises the young generation's threshold, so a call's thousands of short-lived
-containers are looked at a few times instead of some thirty. Nothing here changes what any call
-answers; the library itself never touches the collector (a host's process is the host's).
+for the History would wait for too. It also raises the young generation's threshold, so a
+call's thousands of short-lived containers are looked at a few times instead of some thirty.
+Nothing here changes what any call answers; the library itself never touches the collector (a
+host's process is the host's).
 """
 
 from __future__ import annotations
