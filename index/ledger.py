@@ -160,10 +160,12 @@ class LedgerSession:
                     continue  # a decision this version cannot read: that output stays whole
 
     def append(self, messages: Sequence[Any], ids: Sequence[str | None], fmt: str,
-               durable: bool = True) -> int:
+               durable: bool = True, copies: Sequence[Any] | None = None) -> int:
         """Store the messages not seen before and move the head. Returns how many were new.
         ``durable=False``: the lines are written, their ``fsync`` runs in the background; the
-        caller must call :meth:`synced` before it acknowledges anything."""
+        caller must call :meth:`synced` before it acknowledges anything. ``copies``: a copy of
+        each message's containers that nothing will change (``paging.request.Request.copies``),
+        kept as the record's message instead of copying the message again."""
         self.refresh()
         lines: list[dict[str, Any]] = []  # the new lines' values, written by _write
         # The ids this request shares at its start with the last chain appended are stored,
@@ -175,15 +177,18 @@ class LedgerSession:
         parent = ids[start - 1] if start else None
         path, checked = chain[:start], True
         now = _now()  # one time for the whole append: the messages arrived together
-        for message, message_id in zip(messages[start:], ids[start:], strict=True):
+        for position in range(start, len(ids)):
+            message_id = ids[position]
             if message_id is None:
                 continue
             record = self.records.get(message_id)
             if record is None:
                 # The record holds its own containers: a library host may edit its dicts in
                 # place after the call, and the record must stay what was written.
+                kept = (detached(messages[position]) if copies is None
+                        else copies[position])
                 record = {"type": "message", "id": message_id, "parent": parent, "format": fmt,
-                          "ts": now, "message": detached(message)}
+                          "ts": now, "message": kept}
                 lines.append(record)
                 self.records[message_id] = record
             elif record.get("parent") != parent:

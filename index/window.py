@@ -222,7 +222,8 @@ class ContextService:
         """Store every message of the request not seen before and move the session's head
         (the fsync runs in the background; :meth:`select` waits for it before answering)."""
         ledger = self.ledger.session(session)
-        ledger.append(request.messages, request.ids, request.format, durable=False)
+        ledger.append(request.messages, request.ids, request.format, durable=False,
+                      copies=request.copies)
         self._fingerprints.remember(request.ids, request.fingerprints)
         # The next request of the session reuses what this one derived for their shared start.
         with self._shared:  # calls of other sessions change the table too (index/gate.py)

@@ -106,6 +106,17 @@ class Request:
     entries: tuple[Entry, ...]
     normalized: Normalized | None = None
 
+    @property
+    def copies(self) -> tuple[Any, ...] | None:
+        """Per host message, a copy of its containers that nothing changes, where the views
+        are such copies (Pi: a view is its message, copied by ``formats.detached``), else None.
+        The ledger keeps them as its records' messages instead of copying every message a
+        second time."""
+        views = self.views.views
+        if self.format != "pi" or len(views) != len(self.messages):
+            return None
+        return tuple(map(_MESSAGE, views))
+
     def history_id(self, view: int) -> str | None:
         """The ledger id of a view's host message."""
         return self.ids[self.views.views[view].source]

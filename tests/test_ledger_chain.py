@@ -94,3 +94,29 @@ def test_a_record_stored_with_another_parent_is_not_trusted(tmp_path):
     more = [*messages, message(4)]
     session.append(more, ids_for(more, set()), "pi")
     assert session.path_ids() == walk(session, session.head)
+
+
+def test_records_stay_what_was_sent_when_the_host_edits_its_messages_afterwards(tmp_path):
+    """A library host may change its own dicts in place after a call. The ledger's records (in
+    Pi, the views' copies; in other formats, copies of their own) keep what the call stored, in
+    memory and on disk."""
+    from context_paging.index.window import ContextService, ContextSettings
+
+    service = ContextService(Ledger(tmp_path), ContextSettings(token_budget=10_000), None)
+    pi = [{"role": "user", "content": [{"type": "text", "text": "read a.py"}], "timestamp": 1},
+          {"role": "assistant", "stopReason": "toolUse", "timestamp": 2, "content": [
+              {"type": "toolCall", "id": "c1", "name": "read", "arguments": {"path": "a.py"}}]},
+          {"role": "toolResult", "toolCallId": "c1", "toolName": "read", "isError": False,
+           "timestamp": 3, "content": [{"type": "text", "text": "print(1)"}]}]
+    anthropic = [{"role": "user", "content": [{"type": "text", "text": "hello"}]},
+                 {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]
+    for session, fmt, messages in (("p", "pi", pi), ("a", "anthropic", anthropic)):
+        sent = json.loads(json.dumps(messages))
+        service.select(session, messages, fmt=fmt)
+        messages[0]["content"][0]["text"] = "edited"
+        messages[-1]["content"].append({"type": "text", "text": "more"})
+        ledger = service.ledger.session(session)
+        stored = [ledger.records[i]["message"] for i in ledger.path_ids()]
+        assert stored == sent
+        again = Ledger(tmp_path).session(session)  # read back from the file
+        assert [again.records[i]["message"] for i in again.path_ids()] == sent
