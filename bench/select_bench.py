@@ -22,7 +22,13 @@ between library calls the bench gives the service its spare time (``ContextServi
 ``spare_seconds`` = 5 ms of counting ahead, untimed), as the MCP server does after each reply;
 * the same end to end over stdio, against the installed ``context-paging serve``; the after_id
   turns alternate between the two reply forms (``reply_form`` "messages", the whole window, and
-  "positions", ranges of the host's own messages: paging/window_form.py), ``--turns`` of each.
+  "positions", ranges of the host's own messages: paging/window_form.py), ``--turns`` of each;
+* over stdio, the first long call of a server that has loaded (a small call first, on another
+  session: a server already running when a long conversation comes), through the SDK's client
+  and through a raw client (bench/stdio_calls.py: the request's bytes written as they are, the
+  reply read as a line), whose figure is the server's share: the SDK's client adds its own
+  serialization of the 16 MB request and, on its first call, importing and compiling the
+  reply's JSON schema checker.
 
 ``--reference`` runs the library figures a second time with ``ContextService.reference`` (every
 message counted and every output judged before selecting, the full computation), side by side.
@@ -277,8 +283,12 @@ def stdio(repeat: int, turns: int, estimator: str, distill: bool) -> None:
                     assert not result.is_error, result.content[0].text
                     deltas[form].append(elapsed)
                     last = result.structured_content
+        loaded = await first_long_call_once_loaded(command, settings)
+        raw = raw_first_long_call_once_loaded(messages, settings)
         show("stdio, connect (launch to initialized)", connected)
         show("stdio, first call (cold)", times[0])
+        show("stdio, first long call once loaded", loaded)
+        show("stdio, same, raw client (the server's share)", raw)
         show("stdio, repeated request", min(times[1:] or times))
         show("stdio, one more turn", grow)
         if deltas["messages"]:
@@ -288,6 +298,44 @@ def stdio(repeat: int, turns: int, estimator: str, distill: bool) -> None:
                  statistics.median(deltas["positions"]))
 
     anyio.run(run)
+
+
+TINY = {"session": "warm", "format": "pi", "messages": [{"role": "user", "content": "hello"}]}
+
+
+async def first_long_call_once_loaded(command: str, settings: list[str]) -> float:
+    """Seconds of the first long select_context through the SDK's client, after a small one
+    on another session has made the server load its History and tokenizer."""
+    from mcp import Client, StdioServerParameters
+
+    messages = workload()
+    with tempfile.TemporaryDirectory() as home:
+        params = StdioServerParameters(command=command,
+                                       args=["--home", home, *settings, "serve"],
+                                       env=dict(os.environ))
+        async with Client(params) as client:
+            assert not (await client.call_tool("select_context", TINY)).is_error
+            start = time.perf_counter()
+            result = await client.call_tool("select_context", arguments(messages))
+            elapsed = time.perf_counter() - start
+            assert not result.is_error, result.content[0].text
+    return elapsed
+
+
+def raw_first_long_call_once_loaded(messages: list[dict], settings: list[str]) -> float:
+    """The same through a raw client: the request line's bytes made before the clock starts."""
+    from stdio_calls import Server, request
+
+    server = Server("loaded", None, tuple(settings))
+    try:
+        server.call(1, request(1, json.dumps({"name": "select_context",
+                                              "arguments": TINY}).encode()))
+        line = request(2, json.dumps({"name": "select_context",
+                                      "arguments": arguments(messages)}).encode())
+        elapsed, _ = server.call(2, line)
+    finally:
+        server.close()
+    return elapsed
 
 
 def main() -> None:

@@ -64,7 +64,8 @@ def request(ident: int, dumped: bytes) -> bytes:
 class Server:
     """One ``serve`` process, and the CPU time it has used."""
 
-    def __init__(self, label: str, pythonpath: str | None) -> None:
+    def __init__(self, label: str, pythonpath: str | None, options: tuple[str, ...] = ()
+                 ) -> None:
         self.label = label
         self.home = tempfile.mkdtemp()
         env = dict(os.environ)
@@ -73,7 +74,7 @@ class Server:
         script = (shutil.which("context-paging")
                   or str(Path(sys.executable).parent / "context-paging"))
         start = time.perf_counter()
-        self.process = subprocess.Popen([script, "--home", self.home, "serve"],
+        self.process = subprocess.Popen([script, "--home", self.home, *options, "serve"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, env=env)
         self.process.stdin.write(INITIALIZE.encode())
