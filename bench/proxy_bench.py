@@ -194,7 +194,14 @@ def replay(api: str, turns: int, paging: bool) -> None:
             f'[paging]\nenabled = {"true" if paging else "false"}\n')
         args = _argparse.Namespace(upstream_anthropic=upstream, upstream_openai=upstream)
         app, history = make_app(load_settings(home=str(home)), args)
-        return Command(app), history
+        command = Command(app)
+        try:  # the command settles its collector once loaded (older versions did not)
+            from context_paging.server import heap
+        except ImportError:
+            pass
+        else:
+            heap.settle()
+        return command, history
 
     provider = Sink()
     sink = Served(provider)
