@@ -107,9 +107,10 @@ def fingerprints(messages: Sequence[Any]) -> list[str]:
 
     On this thread, one message at a time. Hashing on a helper thread beside the serialization
     was measured slower on an idle 2-core machine, 25 ms against 14 ms for the benchmark's
-    15 MiB request (docs/performance.md, "Fingerprints on one thread"): the helper waited for
-    the interpreter lock at every hand-over, and every canonical form had to stay alive until
-    it was hashed, in memory the next one could not reuse."""
+    15 MiB request: the helper waited for the interpreter lock at every hand-over, and every
+    canonical form had to stay alive until it was hashed, in memory the next one could not
+    reuse (docs/performance.md, "2026-12-05: the collector, and helper threads that cost more
+    than they saved")."""
     return [fingerprint(m) for m in messages]
 
 

@@ -13,8 +13,8 @@ a call).
 A large text is counted in two halves on two threads when the machine's load leaves a core free
 (:func:`spare_core`, used by ``server.tokens``): the call's thread waits for the other half
 while it counts its own, so the hand-over costs nothing. Counting ahead on a helper thread while
-the call recorded and distilled was measured slower (docs/performance.md, "Counting on one
-helper, not two").
+the call recorded and distilled was measured slower (docs/performance.md, "2026-12-05: the
+collector, and helper threads that cost more than they saved").
 """
 
 from __future__ import annotations

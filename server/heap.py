@@ -1,13 +1,13 @@
 """The garbage collector of the long-running commands (``serve``, ``proxy``, ``run``), settled
 once their start-up is done.
 
-Those processes import the MCP SDK, pydantic, the index and the tokenizer's tables: some
-hundreds of thousands of objects that live as long as the process. CPython's cyclic collector
+Those processes import the MCP SDK, pydantic, the index and the tokenizer: about 90,000 tracked
+objects that live as long as the process. CPython's cyclic collector
 walks every tracked object in a full collection, and a ``select_context`` call on a long
 conversation allocates enough containers (the parsed request, its views, the ledger's records,
-distillation's chunks) to start one: in ``serve``, full collections took 50–110 ms of a 15 MiB
-first call that otherwise takes about 110 ms (docs/performance.md, "The collector in the
-long-running commands").
+distillation's chunks) to start one: in ``serve``, full collections took 40–55 ms of a 15 MiB
+first call whose own work is about 110 ms (docs/performance.md, "2026-12-05: the collector, and
+helper threads that cost more than they saved").
 
 :func:`settle` runs once, when the start-up's imports and loading are done: it moves every
 object alive into the permanent generation (``gc.freeze``): those are never walked again, and
@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 
 # Net container allocations between two young collections (CPython's default is 700). A call
-# on the benchmark conversation allocates about 23,000: three young collections instead of 33.
+# on the benchmark conversation allocates about 23,000: two young collections instead of 33.
 YOUNG = 10_000
 
 
