@@ -265,3 +265,53 @@ history.close()
                          check=True, cwd=PROJECT, timeout=WAIT)
     frozen, collections = json.loads(out.stdout.splitlines()[-1])
     assert frozen > 10_000 and collections[0] <= 10
+
+
+def test_serve_settles_the_collector_once_its_history_has_loaded(tmp_path):
+    """``serve`` itself passes :func:`server.heap.settle` to its loading History: run as the
+    command runs (a fresh interpreter, the CLI's ``main``), the settle call comes once, after
+    start-up's imports (tens of thousands of objects frozen), and the call is answered."""
+    code = f"""
+import gc, sys
+from context_paging.server import heap
+real = heap.settle
+def settle():
+    real()
+    print("settled", gc.get_freeze_count(), file=sys.stderr, flush=True)
+heap.settle = settle
+from context_paging.server.cli import main
+sys.exit(main(["--home", {str(tmp_path / 'home')!r}, "serve"]))
+"""
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "select_context", "arguments": {
+                "session": "settled", "format": "anthropic",
+                "messages": [{"role": "user", "content": "hello"}]}}}),
+    ]
+    server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=PROJECT)
+    try:
+        server.stdin.write("".join(f"{x}\n" for x in lines))
+        server.stdin.flush()
+        replies = {}
+        while 1 not in replies:  # the server exits at the end of its input: read first
+            line = server.stdout.readline()
+            assert line, "serve ended without answering the call"
+            reply = json.loads(line)
+            replies[reply.get("id")] = reply
+        server.stdin.close()
+        stderr = server.stderr.read()
+        assert server.wait(WAIT) == 0
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+        server.stderr.close()
+    assert replies[1]["result"]["structuredContent"]["mode"] == "within_budget"
+    settled = [line.split() for line in stderr.splitlines() if line.startswith("settled ")]
+    assert len(settled) == 1 and int(settled[0][1]) > 10_000
