@@ -36,11 +36,11 @@ _CHUNK = 8 << 20
 _HEAD_BYTES = 4096
 _decoder = json.JSONDecoder()
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# Only a \uD800–\uDFFF escape, or a surrogate's own three bytes (ED A0–BF xx, which the json
-# module decodes as the surrogate: it reads bytes with "surrogatepass"), can put a surrogate into
-# a parsed string; valid pairs are joined by the parser, so a line that has either gets the
-# (costly) deep clean, no other line does.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]|\xed[\xa0-\xbf]")
+# Only a \uD800–\uDFFF escape can put a surrogate into a parsed string that the reader cleans;
+# valid pairs are joined by the parser, so a line that has such an escape gets the (costly) deep
+# clean, no other line does. A surrogate written as its own three bytes (the ledger writes a
+# host's lone surrogate so: dump_line) is read back as that surrogate, exactly.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 # A float this large may be an integer literal orjson read as a float (it reads integers
 # beyond 64 bits so; the json module keeps them exact): such a line is read again by json.
 _BIG = float(1 << 63)
