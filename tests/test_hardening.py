@@ -1,4 +1,4 @@
-"""Hardening (docs/reliability.md, "Hostile input"): each numbered defect of the adversarial run, as
+"""Hardening (docs/reliability.md, "Hostile input"): each defect an adversarial run found, as
 a behaviour sentence.
 
 Every test here failed before its fix. The tools are driven through the SDK's in-memory
@@ -65,7 +65,7 @@ def agent_roots(tmp_path: Path) -> tuple[dict[str, Path], Path]:
     return roots, home
 
 
-async def test_1_nested_counted_repeats_are_refused_before_compiling(tmp_path):
+async def test_nested_counted_repeats_are_refused_before_compiling(tmp_path):
     home = ledger_home(tmp_path)
     messages = exchange("t1", "aaaa\nbbbb\n" * 20)
     patterns = ["(?:(?:a{100}){100}){100}", "(?:(?:a{1000}){1000}){1000}", "(?:x{400}){400}"]
@@ -81,7 +81,7 @@ async def test_1_nested_counted_repeats_are_refused_before_compiling(tmp_path):
     assert not error and text.startswith("1: aaaa"), text
 
 
-async def test_1_a_memory_error_while_compiling_is_a_coded_error(tmp_path, monkeypatch):
+async def test_a_memory_error_while_compiling_is_a_coded_error(tmp_path, monkeypatch):
     home = ledger_home(tmp_path)
 
     def exhausted(*args, **kwargs):
@@ -104,7 +104,7 @@ async def test_1_a_memory_error_while_compiling_is_a_coded_error(tmp_path, monke
     json.dumps({"usage_by_response": [1, 2], "cut": 7, "anchor": "x", "settings": {}}),
     json.dumps({"latest": [], "evicted_messages": "many", "model_window": {"a": 1}}),
 ])
-async def test_6_a_damaged_state_file_is_set_aside_with_one_warning(tmp_path, caplog, damage):
+async def test_a_damaged_state_file_is_set_aside_with_one_warning(tmp_path, caplog, damage):
     home = ledger_home(tmp_path)
     messages = exchange("t1", "out")
     assert not (await calls(home, select("st", messages)))[0][0]
@@ -123,7 +123,7 @@ async def test_6_a_damaged_state_file_is_set_aside_with_one_warning(tmp_path, ca
 # --- 7. a tool result that answers no call is refused wherever it is ------------------------------
 
 
-async def test_7_a_result_for_no_call_is_refused_in_the_last_exchange_and_earlier(tmp_path):
+async def test_a_result_for_no_call_is_refused_in_the_last_exchange_and_earlier(tmp_path):
     home = ledger_home(tmp_path)
     stray = exchange("t1", "ok")
     stray[2]["content"].append({"type": "tool_result", "tool_use_id": "nobody", "content": "?"})
@@ -148,7 +148,7 @@ async def test_7_a_result_for_no_call_is_refused_in_the_last_exchange_and_earlie
 
 
 @pytest.mark.parametrize("bad", ["ledger:../x", "pi:../x", "../sessions/x.jsonl", "a\x00b"])
-async def test_8_a_malformed_session_reference_has_one_code_in_every_tool(tmp_path, bad):
+async def test_a_malformed_session_reference_has_one_code_in_every_tool(tmp_path, bad):
     home = ledger_home(tmp_path)
     replies = await calls(home, ("paging_stats", {"session": bad}),
                           ("search_history", {"query": "x", "session": bad}),
@@ -159,7 +159,7 @@ async def test_8_a_malformed_session_reference_has_one_code_in_every_tool(tmp_pa
     assert codes == {"INVALID_SESSION"}, [text for _, text, _ in replies]
 
 
-async def test_8_a_file_name_too_long_names_the_file_not_the_home(tmp_path):
+async def test_a_file_name_too_long_names_the_file_not_the_home(tmp_path):
     roots, home = agent_roots(tmp_path)
     long_name = str(roots["pi"] / ("a" * 300 + ".jsonl"))
     replies = await calls(home, ("search_history", {"query": "x", "session": long_name}),
@@ -195,7 +195,7 @@ def claude_lines(session_id: str, word: str, turns: int = 4) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
-async def test_2_a_symlink_swapped_in_while_reading_never_leaks_the_outside_file(tmp_path):
+async def test_a_symlink_swapped_in_while_reading_never_leaks_the_outside_file(tmp_path):
     roots, home = agent_roots(tmp_path)
     session = roots["claude"] / "-work-c" / "race.jsonl"
     session.parent.mkdir()
@@ -250,7 +250,7 @@ async def test_2_a_symlink_swapped_in_while_reading_never_leaks_the_outside_file
     assert any(not error and "insideword" in text for error, text in replies)
 
 
-async def test_2_a_link_swapped_in_right_after_the_check_is_not_read(tmp_path, monkeypatch):
+async def test_a_link_swapped_in_right_after_the_check_is_not_read(tmp_path, monkeypatch):
     """The race above, made certain: the file becomes a link to the outside file between the
     roots check and the read."""
     import context_paging.index.service as service_module
@@ -283,7 +283,7 @@ async def test_2_a_link_swapped_in_right_after_the_check_is_not_read(tmp_path, m
     assert error and text.startswith("UNKNOWN_SESSION: ") and "outside" in text, text
 
 
-async def test_2_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_path, caplog):
+async def test_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_path, caplog):
     home = ledger_home(tmp_path)
     (error, text, _), = await calls(home, select("lk", exchange("t1", "insideword")))
     assert not error, text
@@ -308,7 +308,7 @@ async def test_2_ledger_and_state_files_replaced_by_links_are_not_followed(tmp_p
     assert outside_state.read_text() == json.dumps({"settings": "outsideword"})
 
 
-def test_2_listing_and_index_all_verify_every_file_inside_its_root(tmp_path):
+def test_listing_and_index_all_verify_every_file_inside_its_root(tmp_path):
     # Listing and `index --all` read many files in worker processes: each must be opened and
     # verified inside its root like any other read, so a link to a file outside is never read.
     from context_paging.index.catalog import Catalog
@@ -344,7 +344,7 @@ def home_bytes(home: Path, *folders: str) -> bytes:
                     if p.is_file())
 
 
-async def test_3_unknown_openai_assistant_parts_and_reasoning_fields_never_come_back(tmp_path):
+async def test_unknown_openai_assistant_parts_and_reasoning_fields_never_come_back(tmp_path):
     home = ledger_home(tmp_path)
     messages = [
         {"role": "user", "content": "publicword question"},
@@ -383,7 +383,7 @@ async def test_3_unknown_openai_assistant_parts_and_reasoning_fields_never_come_
     assert b"secretword" not in home_bytes(home, "index", "state")
 
 
-def test_3_a_thinking_block_inside_user_content_is_never_text_for_a_model():
+def test_a_thinking_block_inside_user_content_is_never_text_for_a_model():
     from context_paging.paging.formats import to_views
 
     thinking = {"type": "thinking", "thinking": "secretword7", "signature": "secretword8"}
@@ -418,7 +418,7 @@ def server_tool_turn() -> dict:
         {"type": "text", "text": "Version 4.2 is out."}]}
 
 
-async def test_4_server_tool_uses_with_their_results_are_accepted_kept_and_searchable(tmp_path):
+async def test_server_tool_uses_with_their_results_are_accepted_kept_and_searchable(tmp_path):
     home = ledger_home(tmp_path)
     first = [{"role": "user", "content": "what is new in zanzibar?"}, server_tool_turn()]
     later = first + [{"role": "user", "content": "thanks"}]
@@ -439,7 +439,7 @@ async def test_4_server_tool_uses_with_their_results_are_accepted_kept_and_searc
     assert "opaqueblob" not in "".join(t for _, t, _ in replies[3:])
 
 
-async def test_4_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_path):
+async def test_a_claude_code_file_ending_with_a_server_tool_turn_shows_it(tmp_path):
     roots, home = agent_roots(tmp_path)
     base = {"isSidechain": False, "userType": "external", "cwd": "/work/c",
             "sessionId": "srv", "version": "2.1.37", "timestamp": "2026-03-01T00:00:01Z"}
@@ -511,7 +511,7 @@ INITIALIZE = [
 ]
 
 
-def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_each(tmp_path):
+def test_unreadable_request_lines_are_answered_over_stdio_with_one_warning_each(tmp_path):
     home = ledger_home(tmp_path)
     server = start_serve(home)
     deep: dict = {"a": 1}
@@ -546,7 +546,7 @@ def test_5_unreadable_request_lines_are_answered_over_stdio_with_one_warning_eac
 
 
 @pytest.mark.parametrize("how", ["flag", "config"])
-def test_9_a_select_context_request_over_the_limit_is_refused_with_a_clear_code(tmp_path, how):
+def test_a_select_context_request_over_the_limit_is_refused_with_a_clear_code(tmp_path, how):
     home = ledger_home(tmp_path)
     limit = 200_000
     if how == "config":
