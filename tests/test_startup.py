@@ -20,6 +20,7 @@ from context_paging.server.warmup import LoadingHistory
 from mcp import Client
 
 from tests.conftest import PROJECT
+from tests.test_hardening import INITIALIZE, finish, read_replies
 
 WAIT = 120  # seconds: a bound on a loaded machine, never an assertion about speed
 HEAVY = ("mcp", "tiktoken", "whoosh", "httpx2", "starlette", "uvicorn",
@@ -282,36 +283,18 @@ heap.settle = settle
 from context_paging.server.cli import main
 sys.exit(main(["--home", {str(tmp_path / 'home')!r}, "serve"]))
 """
-    lines = [
-        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"}}}),
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "select_context", "arguments": {
-                "session": "settled", "format": "anthropic",
-                "messages": [{"role": "user", "content": "hello"}]}}}),
-    ]
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "select_context", "arguments": {
+            "session": "settled", "format": "anthropic",
+            "messages": [{"role": "user", "content": "hello"}]}}})
     server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=PROJECT)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=PROJECT)
     try:
-        server.stdin.write("".join(f"{x}\n" for x in lines))
+        server.stdin.write("".join(f"{x}\n" for x in [*INITIALIZE, call]).encode())
         server.stdin.flush()
-        replies = {}
-        while 1 not in replies:  # the server exits at the end of its input: read first
-            line = server.stdout.readline()
-            assert line, "serve ended without answering the call"
-            reply = json.loads(line)
-            replies[reply.get("id")] = reply
-        server.stdin.close()
-        stderr = server.stderr.read()
-        assert server.wait(WAIT) == 0
+        replies = read_replies(server, {0, 1})  # serve exits at the end of its input: read first
     finally:
-        server.kill()
-        server.wait()
-        server.stdout.close()
-        server.stderr.close()
+        stderr = finish(server)
     assert replies[1]["result"]["structuredContent"]["mode"] == "within_budget"
     settled = [line.split() for line in stderr.splitlines() if line.startswith("settled ")]
     assert len(settled) == 1 and int(settled[0][1]) > 10_000
