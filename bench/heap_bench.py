@@ -55,19 +55,20 @@ def watch(phase, info):
         full[0] += info["generation"] == 2
 
 gc.callbacks.append(watch)
-calls, collector = [], []
+calls, collector, fulls = [], [], []
 for t in range(turns + 1):
     for k in range(sessions):
         if t:
             conversations[k] = conversations[k] + bench.turn(1000 + t * sessions + k, 52_000)
-        spent[0] = 0.0
+        spent[0], full[0] = 0.0, 0
         start = time.perf_counter()
         service.select(**bench._call_args(conversations[k]) | {{"session": f"ledger:s{{k}}"}})
         calls.append(time.perf_counter() - start)
         collector.append(spent[0])
+        fulls.append(full[0])
         service.idle()
 gc.callbacks.remove(watch)
-print(json.dumps({{"calls": calls, "collector": collector, "full": full[0],
+print(json.dumps({{"calls": calls, "collector": collector, "full": fulls,
                   "tracked": len(gc.get_objects())}}))
 shutil.rmtree(home)
 """
@@ -102,7 +103,8 @@ def main() -> None:
         print(f"{name:9} {statistics.median(firsts) * 1e3:9.1f} "
               f"{statistics.median(later) * 1e3:9.1f} {max(later) * 1e3:9.1f} "
               f"{statistics.median(spent) * 1e3:7.2f} {max(spent) * 1e3:7.1f} "
-              f"{sum(r['full'] for r in runs):5} {max(r['tracked'] for r in runs):8}")
+              f"{sum(sum(r['full'][first:]) for r in runs):5} "
+              f"{max(r['tracked'] for r in runs):8}")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ collection found 20 unreachable objects in ``serve`` and took 43 ms, which a fir
 for the History would wait for too. It also raises the young generation's threshold, so a
 call's thousands of short-lived containers are looked at a few times instead of some thirty.
 Frozen, start-up no longer counts as old objects, so full collections could come more often;
-they did not: a process holding 8 or 16 conversations of 15 MiB ran none over their later turns,
-where CPython's defaults ran 4–6 of up to 108 ms (``bench/heap_bench.py``; docs/performance.md).
+they did not: a process holding 8 or 16 conversations of 15 MiB ran none inside the calls of
+their later turns, where with CPython's defaults the collector took up to 76–106 ms of one such
+call (``bench/heap_bench.py``; docs/performance.md).
 Nothing here changes what any call answers; the library itself never touches the collector (a
 host's process is the host's).
 """

@@ -479,14 +479,23 @@ def start_serve(home: Path, *flags: str):
 
 
 def read_replies(server, ids: set[int]) -> dict[int, dict]:
+    """The replies with these ids, read from the pipe itself (a buffered reader may hold a
+    second line that ``select`` then never sees), each within 30 s."""
     import select as select_module
 
     replies: dict[int, dict] = {}
-    while set(replies) != ids:
-        ready, _, _ = select_module.select([server.stdout], [], [], 30)
-        assert ready, f"no answer for {sorted(ids - set(replies))}"
-        reply = json.loads(server.stdout.readline())
-        replies[reply["id"]] = reply
+    fd, pending = server.stdout.fileno(), b""
+    while not ids <= set(replies):
+        while b"\n" not in pending:
+            ready, _, _ = select_module.select([fd], [], [], 30)
+            assert ready, f"no answer for {sorted(ids - set(replies))}"
+            data = os.read(fd, 1 << 20)
+            assert data, f"serve closed its output with no answer for {sorted(ids - set(replies))}"
+            pending += data
+        line, _, pending = pending.partition(b"\n")
+        reply = json.loads(line)
+        if "id" in reply:  # a notification has none
+            replies[reply["id"]] = reply
     return replies
 
 

@@ -140,6 +140,57 @@ def test_every_line_is_read_as_the_json_module_reads_it(monkeypatch, value, spli
     assert [type(v) for v in got[0]] == [type(v) for v in expected[0]]
 
 
+def halfway(value: float, zeros: int) -> bytes:
+    """The exact decimal halfway between ``value`` and the next float up, padded with zeros:
+    a number a parser must round by all its digits."""
+    import math
+    from decimal import Decimal, localcontext
+
+    with localcontext() as context:
+        context.prec = 2000
+        middle = (Decimal(value) + Decimal(math.nextafter(value, math.inf))) / 2
+    text = format(middle, "f")
+    return (text + ("" if "." in text else ".") + "0" * zeros).encode()
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.floats(min_value=1e-300, max_value=1e300), st.integers(min_value=0, max_value=1200),
+       st.booleans())
+def test_long_numbers_at_a_halfway_point_are_read_as_the_json_module_reads_them(
+        monkeypatch, value, zeros, negative):
+    number = (b"-" if negative else b"") + halfway(value, zeros)
+    raw = b'{"x":' + number + b',"note":"made by hand"}\n'
+    assert repr(jsonl.parse_line(raw, "p", 1, 0)) == repr(json_module_reading(monkeypatch, raw))
+
+
+def test_a_number_orjson_would_round_the_other_way_is_read_by_json():
+    raw = b'{"x":1017554834493971.5625' + b"0" * 749 + b"}\n"
+    assert jsonl.parse_line(raw, "p", 1, 0) == ([{"x": 1017554834493971.5}], [])
+
+
+def test_nesting_too_deep_for_the_json_module_is_one_issue_not_an_exception(tmp_path):
+    deep = b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    path = write(tmp_path, b'{"ok": 1}\n' + deep + b'{"ok": 2}\n' + deep.rstrip(b"\n"))
+    chunk = read_jsonl(path)
+    assert [r.value for r in chunk.records] == [{"ok": 1}, {"ok": 2}]
+    assert [(i.line, i.offset, i.kind) for i in chunk.issues] == [(2, 10, "bad_json")]
+    assert "nested too deeply" in chunk.issues[0].message
+    assert chunk.pending  # the unterminated deep last line waits, as any unreadable tail does
+    # within orjson's 1,024 levels the line is read, past the json module's own reach
+    nested = b"[" * 1000 + b"]" * 1000
+    values, issues = jsonl.parse_line(b'{"a":' + nested + b"}\n", "p", 1, 0)
+    depth, inner = 0, values[0]["a"]
+    while inner:
+        depth, inner = depth + 1, inner[0]
+    assert issues == [] and depth == 999  # the innermost list is empty
+
+
+def test_an_unterminated_last_line_reads_surrogate_escapes_as_a_complete_line_does(tmp_path):
+    path = write(tmp_path, b'{"a": "x"}\n{"b": "y\\ud800z"}')
+    chunk = read_jsonl(path)
+    assert [r.value for r in chunk.records] == [{"a": "x"}, {"b": "y\ufffdz"}]
+
+
 def test_the_cursor_parses_only_appended_bytes(tmp_path):
     path = write(tmp_path, b'{"a": 1}\n')
     cursor = FileCursor(path)
