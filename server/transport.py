@@ -61,7 +61,7 @@ except ImportError:  # Windows: the SDK's own stdout handling
 import anyio
 import mcp_types as types
 from context_paging.index.canonical import orjson
-from context_paging.index.jsonl import clean_text
+from context_paging.index.jsonl import clean_text, numbers_unlike_json
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
@@ -157,30 +157,11 @@ def oversize(line: bytes | memoryview | Skipped, limit: int) -> Oversize | None:
     return Oversize(size, ident, bool(_TOOLS_CALL.search(head) or _TOOLS_CALL.search(tail)))
 
 
-# orjson reads an integer beyond 64 bits as a float, where the json module and the SDK keep the
-# integer; and it reads deeper nesting than the SDK's parser, which refuses a line whose arrays
-# and objects nest more than 200 deep. A line with such a float (or an infinity) or nesting is
-# left to the SDK, so it is served, or refused, as before.
-_BIG = float(1 << 63)
+# orjson reads some numbers otherwise than the SDK (which reads them as the json module does:
+# index.jsonl.numbers_unlike_json), and deeper nesting than the SDK's parser, which refuses a
+# line whose arrays and objects nest more than 200 deep. Such a line is left to the SDK, so it
+# is served, or refused, as before.
 SDK_DEPTH = 200
-
-
-def _unlike_sdk(value: Any) -> bool:
-    """Whether ``value`` holds a float of magnitude 2**63 or more, or nests more than
-    :data:`SDK_DEPTH` containers deep (under 1 ms over the 16 MB benchmark request: only its
-    containers are walked in Python)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > SDK_DEPTH:
-            return True
-        for item in node.values() if type(node) is dict else node:
-            kind = type(item)
-            if kind is dict or kind is list:
-                stack.append((item, depth + 1))
-            elif kind is float and not -_BIG < item < _BIG:
-                return True
-    return False
 
 
 def parse_message(line: bytes | memoryview) -> types.JSONRPCMessage | None:
@@ -193,7 +174,7 @@ def parse_message(line: bytes | memoryview) -> types.JSONRPCMessage | None:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:  # invalid UTF-8, a lone surrogate, NaN, too deep, not JSON
         return None
-    if type(value) is not dict or _unlike_sdk(value):
+    if type(value) is not dict or numbers_unlike_json(value, line, SDK_DEPTH):
         return None
     try:
         return types.jsonrpc_message_adapter.validate_python(value, by_name=False)

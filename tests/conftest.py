@@ -163,3 +163,16 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"recorded sessions: not found in {FIXTURES} (set {FIXTURES_ENV} to their folder); "
         f"{tests} skipped")
+
+
+def halfway(value: float, zeros: int) -> bytes:
+    """The exact decimal halfway between ``value`` and the next float up, padded with zeros:
+    a number a parser must round by all its digits."""
+    import math
+    from decimal import Decimal, localcontext
+
+    with localcontext() as context:
+        context.prec = 2000
+        middle = (Decimal(value) + Decimal(math.nextafter(value, math.inf))) / 2
+    text = format(middle, "f")
+    return (text + ("" if "." in text else ".") + "0" * zeros).encode()

@@ -10,7 +10,15 @@ from context_paging.index.jsonl import FileCursor, read_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ALL_FIXTURES, ALL_SAMPLES, HAVE_RECORDED, fixture, recorded, sample
+from tests.conftest import (
+    ALL_FIXTURES,
+    ALL_SAMPLES,
+    HAVE_RECORDED,
+    fixture,
+    halfway,
+    recorded,
+    sample,
+)
 
 
 def write(tmp_path, data: bytes, name: str = "s.jsonl"):
@@ -140,19 +148,6 @@ def test_every_line_is_read_as_the_json_module_reads_it(monkeypatch, value, spli
     assert [type(v) for v in got[0]] == [type(v) for v in expected[0]]
 
 
-def halfway(value: float, zeros: int) -> bytes:
-    """The exact decimal halfway between ``value`` and the next float up, padded with zeros:
-    a number a parser must round by all its digits."""
-    import math
-    from decimal import Decimal, localcontext
-
-    with localcontext() as context:
-        context.prec = 2000
-        middle = (Decimal(value) + Decimal(math.nextafter(value, math.inf))) / 2
-    text = format(middle, "f")
-    return (text + ("" if "." in text else ".") + "0" * zeros).encode()
-
-
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.floats(min_value=1e-300, max_value=1e300), st.integers(min_value=0, max_value=1200),
        st.booleans())
@@ -161,6 +156,18 @@ def test_long_numbers_at_a_halfway_point_are_read_as_the_json_module_reads_them(
     number = (b"-" if negative else b"") + halfway(value, zeros)
     raw = b'{"x":' + number + b',"note":"made by hand"}\n'
     assert repr(jsonl.parse_line(raw, "p", 1, 0)) == repr(json_module_reading(monkeypatch, raw))
+
+
+def test_a_long_run_of_digits_is_found_wherever_the_samples_fall():
+    # every offset against the sampling stride, runs just shorter and just longer than the
+    # length looked for, with and without digits scattered around them
+    for offset in range(jsonl._STRIDE + 1):
+        for run in (jsonl._LONG_RUN - 1, jsonl._LONG_RUN, jsonl._LONG_RUN + 1, 3 * jsonl._LONG_RUN):
+            for before, after in ((b"x", b"x"), (b"1x", b"x1")):  # digits near, not touching
+                raw = (before * offset)[len(before * offset) - offset:] + b"5" * run + after * 150
+                expected = run >= jsonl._LONG_RUN
+                assert jsonl._long_digit_run(raw) is expected, (offset, run, before)
+                assert jsonl._long_digit_run(memoryview(raw)) is expected
 
 
 def test_a_number_orjson_would_round_the_other_way_is_read_by_json():

@@ -15,6 +15,8 @@ from context_paging.server.transport import SDK_DEPTH, _Lines, oversize, parse_m
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import halfway
+
 LEAVES = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
           | st.floats(allow_nan=True, allow_infinity=True)
           | st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF)))
@@ -116,9 +118,20 @@ def nested(depth: int) -> bytes:
     b'{"jsonrpc":"2.0","id":1,"method":',
     b"\n",
     nested(SDK_DEPTH + 1),
+    # a number orjson rounds the other way at a halfway point (more than 768 digits)
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n":1017554834493971.5625'
+    + b"0" * 749 + b"}}",
 ])
 def test_a_line_orjson_might_read_otherwise_is_left_to_the_sdk(line):
     assert parse_message(line) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(min_value=1e-300, max_value=1e300), st.integers(min_value=0, max_value=1200))
+def test_long_numbers_at_a_halfway_point_come_through_as_the_sdk_reads_them(value, zeros):
+    line = (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"n":'
+            + halfway(value, zeros) + b"}}")
+    check_against_sdk(line)
 
 
 def test_nesting_as_deep_as_the_sdk_reads_is_parsed_and_one_more_is_not():
