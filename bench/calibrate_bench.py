@@ -51,7 +51,7 @@ PROXY_FIGURES = ("proxy: first", "proxy: again", "proxy: next turn")
 def run_once(clock) -> dict[str, float]:
     """One run of every figure: seconds per figure."""
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.server.tokens import text_counter
     from select_bench import _call_args, workload
 
@@ -89,7 +89,7 @@ def run_proxy(api: str, clock) -> dict[str, float]:
     """The three proxy figures, through a fresh ``context-paging proxy`` app."""
     import httpx2 as httpx
     from context_paging.server.config import load_settings
-    from context_paging.server.proxy_cli import make_app
+    from context_paging.server.proxy.commands import make_app
 
     from bench.proxy_work import (
         Sink,

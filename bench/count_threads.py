@@ -35,7 +35,7 @@ def main() -> None:
 
     import select_bench as sb
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.server import tokens
 
     forced = {"on": True}

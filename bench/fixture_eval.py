@@ -90,7 +90,7 @@ from context_paging.paging.distill import (
 )
 from context_paging.paging.distill import plan_pass as plan_run_end
 from context_paging.paging.distill.conversation import Entry, role, run_starts, text_of, tool_calls
-from context_paging.server.replay import pi_shaped  # one Pi shape for history messages
+from context_paging.server.replay.run import pi_shaped  # one Pi shape for history messages
 
 from bench.distill_eval import ratio
 from bench.recorded import ENV, require, sessions_folder

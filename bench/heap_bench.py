@@ -31,7 +31,7 @@ sys.path.insert(0, {root!r})
 import mcp  # what the servers import before they settle
 from bench import select_bench as bench
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.server import heap
 from context_paging.server.tokens import text_counter
 

@@ -49,7 +49,7 @@ def _p(values: list[float], q: float) -> float:
 
 def library_after_id(turns: int) -> dict:
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.server.tokens import text_counter
     from select_bench import _call_args, issue_floor, turn, workload
 
@@ -107,10 +107,10 @@ def stdio_after_id(turns: int) -> dict:
 def proxy_path() -> dict:
     sys.path.append(str(ROOT))  # tests.fake_provider, imported by proxy_bench (after PYTHONPATH)
     from context_paging.index.proxied import ProxyLog
-    from context_paging.server import wire
     from context_paging.server.config import load_settings
     from context_paging.server.histories import make_history
-    from context_paging.server.proxy import Proxy, Upstreams
+    from context_paging.server.proxy import wire
+    from context_paging.server.proxy.app import Proxy, Upstreams
     from proxy_bench import FIXTURES, claude_requests, codex_requests, json_floor
 
     work = Path(tempfile.mkdtemp(prefix="hotpath-bench-"))
@@ -150,7 +150,7 @@ def worker(kind: str, turns: int) -> None:
     sys.path.insert(0, str(HERE))
     result = {"library": lambda: library_after_id(turns), "stdio": lambda: stdio_after_id(turns),
               "proxy": proxy_path}[kind]()
-    import context_paging.index as index  # in every checkout, before and after index/window.py
+    import context_paging.index as index  # in every checkout, whatever its modules
 
     result["source"] = str(Path(index.__file__).resolve().parent.parent)
     print(json.dumps(result))

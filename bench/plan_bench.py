@@ -46,9 +46,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
 
-    from context_paging.index import window_distill
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window import distill as window_distill
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.paging.distill import plan as plan_module
     from context_paging.paging.distill.apply import changed
     from context_paging.server.tokens import text_counter

@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
 from context_paging.index.proxied import ProxyLog  # noqa: E402
-from context_paging.server import wire  # noqa: E402
+from context_paging.server.proxy import wire  # noqa: E402
 from context_paging.server.config import load_settings  # noqa: E402
 from context_paging.server.histories import make_history  # noqa: E402
-from context_paging.server.proxy import Proxy, Upstreams  # noqa: E402
+from context_paging.server.proxy.app import Proxy, Upstreams  # noqa: E402
 
 from tests.fake_provider import FakeProvider, Served  # noqa: E402
 
@@ -181,7 +181,7 @@ def replay(api: str, turns: int, paging: bool) -> None:
     provider, through the plain hop, through the proxy (``make_app``, the real command's app)."""
     import argparse as _argparse
 
-    from context_paging.server.proxy_cli import make_app
+    from context_paging.server.proxy.commands import make_app
 
     from bench.proxy_work import Command, Hop, Sink, growing, headers_of, path_of
 
@@ -229,7 +229,7 @@ def replay(api: str, turns: int, paging: bool) -> None:
     added = [p - d for p, d in zip(proxied, direct, strict=True)]
     hop_added = [h - d for h, d in zip(hopped, direct, strict=True)]
     ms = 1000
-    import context_paging.server.proxy as code
+    import context_paging.server.proxy.app as code
 
     print(f"code: {Path(code.__file__).resolve().parent.parent}")
     print(f"upstream's workload as {len(sizes)} growing {api} requests "
@@ -260,8 +260,8 @@ def phases(api_name: str, turns: int, idle: float = 0.0) -> None:
     the proxy has while the provider answers), timed as a step of its own."""
     import argparse as _argparse
 
-    import context_paging.server.proxy as code
-    from context_paging.server.proxy_cli import make_app
+    import context_paging.server.proxy.app as code
+    from context_paging.server.proxy.commands import make_app
 
     from bench.proxy_work import growing, headers_of
 

@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.address_limit_mb:
         ADDRESS_LIMIT.append(args.address_limit_mb * MB)
-    import context_paging.server.proxy as code
+    import context_paging.server.proxy.app as code
 
     print(f"code: {Path(code.__file__).resolve().parent.parent}")
     with Served(Sink()) as sink:

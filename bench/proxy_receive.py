@@ -1,6 +1,6 @@
 """Receiving a large request body on the proxy's HTTP server, by how much each socket read asks.
 
-Each variant is the server class ``context-paging proxy`` uses (server/connections.py) with
+Each variant is the server class ``context-paging proxy`` uses (server/proxy/connections.py) with
 another read size, serving an app that reads the body through Starlette as the proxy does and
 answers with the number of pieces it came in. A 15 MB and a 50 KB body are posted to each in
 turn, interleaved, ``--rounds`` times; printed per variant: the pieces, the best and the median
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
 import uvicorn  # noqa: E402
-from context_paging.server import connections  # noqa: E402
+from context_paging.server.proxy import connections  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 
 ASYNCIO_DEFAULT = 256 << 10

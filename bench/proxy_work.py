@@ -159,11 +159,11 @@ class Hop:
 
 class Command:
     """An ASGI app served on a free loopback port as ``context-paging proxy`` serves its own
-    (server/proxy_cli.py: the guard, the header deadline and body timeout, the connection
+    (server/proxy/commands.py: the guard, the header deadline and body timeout, the connection
     limits), on a thread of its own."""
 
     def __init__(self, app) -> None:
-        from context_paging.server.proxy_cli import _server, listen
+        from context_paging.server.proxy.commands import _server, listen
 
         self.socket = listen("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"

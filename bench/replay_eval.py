@@ -1,6 +1,6 @@
 """Every recorded session fixture replayed through ``select_context`` at two budgets.
 
-Runs :func:`context_paging.server.replay.replay` (the library behind ``context-paging replay``)
+Runs :func:`context_paging.server.replay.run.replay` (the library behind ``context-paging replay``)
 on every file in ``shared/fixtures/sessions`` at the default budget (128k) and at a small one
 (24k) that makes most of them page, and prints one row per session and budget: requests, peak
 and cumulative input tokens per strategy (full history, compaction baseline, window), the
@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from context_paging.server.replay import Replay, ReplayOptions, replay  # noqa: E402
+from context_paging.server.replay.run import Replay, ReplayOptions, replay  # noqa: E402
 
 # Beside the project (../shared), found from the checkout or a worktree of it.
 FIXTURES = next((p / "shared" / "fixtures" / "sessions" for p in Path(__file__).resolve().parents

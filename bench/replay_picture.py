@@ -15,11 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from context_paging.server.demo import sample_path
+from context_paging.server.commands.demo import sample_path
 from context_paging.server.progress import Progress
-from context_paging.server.replay import ReplayOptions, replay
-from context_paging.server.replay_html import marks, token_series
-from context_paging.server.replay_svg import line_chart
+from context_paging.server.replay.html import marks, token_series
+from context_paging.server.replay.run import ReplayOptions, replay
+from context_paging.server.replay.svg import line_chart
 
 from bench.recorded import sessions_folder
 

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, {bench!r})
 import select_bench as bench
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.server.tokens import text_counter
 settings = ContextSettings(token_budget=128_000, estimator={estimator!r},

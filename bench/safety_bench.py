@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 from context_paging.index.private import secure_home
-from context_paging.server import proxy_cli, wire
-from context_paging.server.guard import refusal
+from context_paging.server.proxy import commands as proxy_cli
+from context_paging.server.proxy import wire
+from context_paging.server.proxy.guard import refusal
 
 
 def _fds() -> int:

@@ -34,7 +34,7 @@ import anyio
 from context_paging.paging.distill import Decision
 from context_paging.paging.distill.conversation import Entry, text_of
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from context_paging.server.tokens import text_counter
 from mcp import Client
 from mcp.types import CreateMessageResult, TextContent

@@ -141,7 +141,7 @@ def main() -> None:
                         help="BM25 statistics of a session search (default: the code's)")
     args = parser.parse_args()
     if args.stats:
-        import context_paging.index.store as store
+        import context_paging.index.search.store as store
 
         store.SESSION_STATISTICS = args.stats == "session"
     from context_paging.index.discovery import iter_session_files

@@ -138,7 +138,7 @@ def grown_by(messages: list[dict], extra: int) -> list[dict]:
 
 def library(repeat: int, estimator: str, reference: bool, turns: int, distill: bool) -> None:
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
     from context_paging.server.tokens import text_counter
 
@@ -216,7 +216,7 @@ def _fresh(settings, counter, messages, reference=False) -> tuple[float, dict]:
     """(seconds, reply) of the first call on a fresh home (making and removing the home, and
     the service's construction, are not timed)."""
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService
+    from context_paging.index.window.pipeline import ContextService
 
     home = Path(tempfile.mkdtemp())
     try:

@@ -37,7 +37,7 @@ def main() -> None:
 
     import select_bench as sb
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.server.tokens import text_counter
 
     times: dict[str, list[float]] = {}

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIRST_SELECT = """
 import argparse, os
 from context_paging.server.config import load_settings
-from context_paging.server.proxy_cli import make_app
+from context_paging.server.proxy.commands import make_app
 settings = load_settings(home=os.environ["CONTEXT_PAGING_HOME"])
 _, history = make_app(settings, argparse.Namespace(upstream_anthropic="http://127.0.0.1:9",
                                                    upstream_openai="http://127.0.0.1:9"))

@@ -9,7 +9,7 @@ the Python client does with the reply, so the sum can be compared with the end-t
 * client dump: the Python client serializing the request;
 * read: our transport's check of the line's size;
 * parse: serve's parse of the line's bytes (orjson, then the SDK's message model from the
-  value: server/transport.py), then the tools/call params; beside it, not in the sum, what it
+  value: server/mcp/transport.py), then the tools/call params; beside it, not in the sum, what it
   replaced on the same bytes: decoding the line, the lone-surrogate scan and the SDK's own
   ``validate_json``;
 * arguments: the tool's argument validation against its signature (``messages`` is a large
@@ -50,8 +50,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import mcp_types as types
-    from context_paging.server import mcp_server, transport
     from context_paging.server.config import load_settings
+    from context_paging.server.mcp import tools as mcp_server
+    from context_paging.server.mcp import transport
 
     with tempfile.TemporaryDirectory() as home:
         settings = load_settings(home=Path(home), overrides={})

@@ -42,7 +42,7 @@ from select_bench import arguments, turn, workload  # noqa: E402
 # The child: `serve` with stamps. Stamps go to stderr as one JSON line at exit.
 CHILD = r"""
 import json, os, sys, time
-from context_paging.server import transport
+from context_paging.server.mcp import transport
 from context_paging.index import service
 trace = open(os.environ["STDIO_TRACE_FILE"], "a", buffering=1)
 if os.environ.get("PIPE_SZ"):
@@ -87,7 +87,7 @@ def traced_select(self, *args, **kwargs):
         trace.write(json.dumps(["gc_in_library", gc_time[0] - before]) + "\n")
 service.History.select_context = traced_select
 
-from context_paging.server import mcp_server
+from context_paging.server.mcp import tools as mcp_server
 judge_for = mcp_server.judge_for
 async def traced_judge_for(*args, **kwargs):
     stamp("tool_start")  # the SDK is done: JSON-RPC, then the arguments validated

@@ -1,4 +1,4 @@
-"""index/store.py next to the alternatives it was chosen over, measured in one run.
+"""index/search/store.py next to the alternatives it was chosen over, measured in one run.
 
 Documents are 2 KB windows of the real Pi fixtures' search text (plus a unique id and path each),
 so vocabulary and token mix are those of real tool output. Prints docs/s and MB/s per variant.
@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import context_paging.index.analysis as an
-from context_paging.index import store
+import context_paging.index.search.analysis as an
 from context_paging.index.history import search_text
+from context_paging.index.search import store
+from context_paging.index.search.store import IndexDoc, SearchIndex
 from context_paging.index.sessions import load
-from context_paging.index.store import IndexDoc, SearchIndex
 from whoosh import analysis as wa
 from whoosh import formats
 from whoosh.collectors import TopCollector, UnlimitedCollector

@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, args.checkout or str(Path(__file__).resolve().parent.parent))
     import anyio
-    import context_paging.server.binding as binding
+    import context_paging.server.mcp.binding as binding
 
     traces: list[str] = []
     translate = binding.failure
@@ -74,7 +74,7 @@ def main() -> None:
 
 async def one_run(tmp: Path, rounds: int, pause: float) -> tuple[list[tuple[bool, str]], int]:
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import create_server
+    from context_paging.server.mcp.tools import create_server
     from mcp import Client
 
     from tests.test_hardening import agent_roots, claude_lines

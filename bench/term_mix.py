@@ -20,7 +20,7 @@ import random
 import re
 from collections import Counter
 
-from context_paging.index.analysis import term_counts, tokens
+from context_paging.index.search.analysis import term_counts, tokens
 
 from bench.corpus import output_text
 from bench.search_bench import fixture_outputs

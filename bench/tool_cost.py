@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import RECOVERY_TOOLS, create_server
+from context_paging.server.mcp.tools import RECOVERY_TOOLS, create_server
 from context_paging.server.tokens import text_counter
 from mcp import Client
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import select_bench as sb  # noqa: E402
 from context_paging.index.ledger import Ledger  # noqa: E402
-from context_paging.index.window import ContextService, ContextSettings  # noqa: E402
+from context_paging.index.window.pipeline import ContextService, ContextSettings  # noqa: E402
 from context_paging.server.tokens import text_counter  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 SESSION = "example-agent-loop"  # the ledger id of this conversation

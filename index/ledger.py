@@ -580,7 +580,7 @@ def _number(value: Any) -> bool:
 
 def state_problem(value: Any) -> str | None:
     """What is wrong with a loaded state value, or None. Checks every field a later call reads
-    (index.window_state), so a bad field cannot survive into the next save or break paging_stats."""
+    (index.window.state), so a bad field cannot survive into the next save or break paging_stats."""
     if not isinstance(value, dict):
         return f"a JSON {type(value).__name__}, not an object"
     settings = value.get("settings")

@@ -23,7 +23,6 @@ from context_paging.index.discovery import (
     iter_session_files,
     resolve,
 )
-from context_paging.index.gate import Gate
 from context_paging.index.history import HistoryItem, block_text
 from context_paging.index.jsonl import file_identity, open_inside
 from context_paging.index.ledger import Ledger, LedgerError, check_session_id
@@ -35,7 +34,8 @@ from context_paging.index.proxied import (
     last_proxied,
 )
 from context_paging.index.sessions import SessionFile, UnknownFormat
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.gate import Gate
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig, Plan
 from context_paging.paging.models import model_window
 
@@ -45,14 +45,13 @@ if TYPE_CHECKING:
     # The catalog of session files and the stats report likewise (pydantic models).
     from context_paging.index.catalog import Catalog, SessionSummary
     from context_paging.index.recall import Recalled
-    from context_paging.index.scan import MemoryIndex
-    from context_paging.index.searching import SearchReply
+    from context_paging.index.search.reply import Progress, SearchReply
+    from context_paging.index.search.scan import MemoryIndex
+    from context_paging.index.search.store import IndexDoc, SearchIndex, SyncResult
     from context_paging.index.stats import Stats
-    from context_paging.index.store import IndexDoc, SearchIndex, SyncResult
 
 log = logging.getLogger("context_paging")
 
-Progress = Callable[[float, float | None, str], None]
 
 
 class NoSessionGiven(SessionRefError):
@@ -117,7 +116,7 @@ class History:
     def select_context(self, session: str, messages: Sequence[Any], **kwargs: Any) -> dict:
         """``ContextService.select``; calls may come from several threads at once (the
         proxy's): each session's run one at a time, different sessions' side by side
-        (index/gate.py)."""
+        (index/window/gate.py)."""
         context = self.context  # made once, before any call can race to make it
         with self.gate.session(str(session).removeprefix("ledger:")):
             reply = context.select(session, messages, **kwargs)
@@ -147,7 +146,7 @@ class History:
     @property
     def store(self) -> SearchIndex:
         if self._store is None:
-            from context_paging.index.store import SearchIndex
+            from context_paging.index.search.store import SearchIndex
 
             self._store = SearchIndex(self.home / "index")
         return self._store
@@ -248,7 +247,7 @@ class History:
     # --- indexing -------------------------------------------------------------------------
 
     def ensure_indexed(self, ref: str | SessionFileRef) -> SyncResult | None:
-        from context_paging.index.store import doc_for
+        from context_paging.index.search.store import doc_for
 
         opened = self._open_file(ref) if isinstance(ref, SessionFileRef) else self._open(ref)
         canonical, cwd, items, state = opened
@@ -282,7 +281,7 @@ class History:
 
     def _sync_quietly(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
                       state: dict[str, Any]) -> None:
-        from context_paging.index.store import doc_for
+        from context_paging.index.search.store import doc_for
 
         try:
             self.store.sync(canonical, [doc_for(canonical, cwd, i) for i in items], state)
@@ -304,7 +303,7 @@ class History:
         and analyzed by one worker process per core (:func:`prepare_file`) while this process
         writes them through ``sync_many``, which shares commits across sessions.
         """
-        from context_paging.index.store import doc_for
+        from context_paging.index.search.store import doc_for
 
         stored = self.store.indexed_sessions()
         files: list[SessionFileRef] = []
@@ -365,8 +364,8 @@ class History:
         offset: int = 0,
     ) -> SearchReply:
         """One page of hits with the lines each matched and what was searched
-        (:func:`index.searching.search`)."""
-        from context_paging.index import searching
+        (:func:`index.search.reply.search`)."""
+        from context_paging.index.search import reply as searching
 
         return searching.search(self, query, session, scope, files, tools, failed, limit, load,
                                 progress, directory, offset)
@@ -377,8 +376,8 @@ class History:
         worth of memory is kept)."""
         cached = self._scanned.get(canonical)
         if cached is None or cached[0] is not items:
-            from context_paging.index.scan import MemoryIndex
-            from context_paging.index.store import doc_for
+            from context_paging.index.search.scan import MemoryIndex
+            from context_paging.index.search.store import doc_for
 
             memory = MemoryIndex([doc_for(canonical, cwd, i, "-") for i in items])
             cached = (items, memory)
@@ -494,7 +493,7 @@ def prepare_file(found: SessionFileRef, root: Path | None
     """One session file read and analyzed, ready to write (or why it could not be read). The
     file is opened and verified inside ``root``, as every session file is."""
     from context_paging.index.catalog import Catalog
-    from context_paging.index.store import analyzed, doc_for
+    from context_paging.index.search.store import analyzed, doc_for
 
     try:
         session = Catalog({found.source: root}, keep_open=0).open(found)

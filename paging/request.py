@@ -6,12 +6,11 @@ read: the format and the views (``paging.formats``), which host messages are out
 content fingerprint and chain id (the ledger's history ids), each view's key (what calibration
 and the landing of edits compare between calls), role and interruption, and distillation's
 ``(history id, message)`` entries. The ledger stores from it, the sampling judge plans from it,
-and the window selects and renders from it (``index.window``).
+and the window selects and renders from it (``index.window.pipeline``).
 
 Fingerprints are content hashes of the canonical JSON, which ``index`` computes (incrementally,
-``index.request``); :func:`read` asks for them through a callback once it knows which messages
-are skipped, so this module stays pure.
-"""
+``index.window.request``); :func:`read` asks for them through a callback once it knows which
+messages are skipped, so this module stays pure. """
 
 from __future__ import annotations
 
@@ -198,7 +197,7 @@ def read(messages: Sequence[Any], fmt: str, ephemeral: Sequence[int], prints: Pr
     if earlier is not None and stored:
         shared = common_start(tuple(stored), earlier.ids)
     elif earlier is not None:
-        # The whole conversation again: its fingerprints (mostly reused, index.request) show
+        # The whole conversation again: its fingerprints (mostly reused, index.window.request) show
         # how many leading messages are the earlier request's, so they are taken first here.
         resident = frozenset(resident_indexes(messages, fmt))
         try:

@@ -5,7 +5,7 @@ everything logs to stderr.
 
 A command imports what it needs inside its own function: building the parser and printing
 ``--version`` or the settings loads no index, tokenizer, HTTP stack or MCP SDK
-(docs/performance.md, "Start-up").
+(docs/performance-history.md, "Start-up").
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from context_paging.index import private
-from context_paging.index.searched import DEFAULT_SESSION_RULE
-from context_paging.server import clients, forget_cli, terminal_cli
+from context_paging.index.search.notes import DEFAULT_SESSION_RULE
+from context_paging.server.commands import forget as forget_cli
+from context_paging.server.commands import recovery as terminal_cli
+from context_paging.server.commands.recovery import json_text, print_json, render_references
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
 from context_paging.server.progress import add_quiet, progress_for
-from context_paging.server.terminal_cli import json_text, print_json, render_references
+from context_paging.server.setup import clients
 
 from context_paging import __version__
 
@@ -108,8 +110,8 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
     from context_paging.server import heap
     from context_paging.server.histories import loading_history
-    from context_paging.server.mcp_server import create_server
-    from context_paging.server.transport import serve_stdio
+    from context_paging.server.mcp.tools import create_server
+    from context_paging.server.mcp.transport import serve_stdio
 
     # The collector is settled once the History has loaded: by then the SDK, the index and the
     # tokenizer are in (server/heap.py).
@@ -168,7 +170,7 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 def _print_search(args: argparse.Namespace, reply, progress) -> None:
     if args.json:
-        from context_paging.server.mcp_server import search_result
+        from context_paging.server.mcp.tools import search_result
 
         progress.emit(json_text(search_result(reply).model_dump()))
         return
@@ -218,7 +220,7 @@ def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         history.close()
     if args.json:
-        from context_paging.server.mcp_server import StatsResult
+        from context_paging.server.mcp.tools import StatsResult
 
         print_json(StatsResult(text=render(stats), **stats.as_dict()).model_dump())
         return 0
@@ -227,7 +229,7 @@ def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from context_paging.server.demo import run_demo
+    from context_paging.server.commands.demo import run_demo
 
     with progress_for(args) as progress:
         return run_demo(args, progress.emit, progress)
@@ -312,18 +314,18 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     add_quiet(demo)
     demo.set_defaults(run=_cmd_demo)
 
-    from context_paging.server import replay_cli
+    from context_paging.server.replay import commands as replay_cli
 
     replay = commands.add_parser("replay", help="replay a recorded session through "
                                  "select_context: tokens, cache cost, recoverability")
     replay_cli.add_arguments(replay)
     replay.set_defaults(run=replay_cli.run)
 
-    from context_paging.server.proxy_cli import add_commands as add_proxy_commands
+    from context_paging.server.proxy.commands import add_commands as add_proxy_commands
 
     add_proxy_commands(commands)  # proxy, run, doctor, install-proxy, uninstall-proxy
     forget_cli.add_command(commands)
-    from context_paging.server import cli_help
+    from context_paging.server.commands import help as cli_help
 
     return cli_help.finish(parser) if grouped_help else cli_help.describe(parser)
 

@@ -75,10 +75,10 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         "enabled": (True, _boolean),
         "token_budget": (128_000, _positive_int),
         "trim_to_tokens": (None, _optional_positive_int),
-        "first_cut": (1.0, _fraction),  # index.window.ContextSettings.first_cut
+        "first_cut": (1.0, _fraction),  # index.window.pipeline.ContextSettings.first_cut
         "estimator": ("tiktoken", _choice("tiktoken", "chars4")),
         # The largest request line serve reads (select_context carries whole conversations);
-        # a larger one is answered REQUEST_TOO_LARGE without being parsed (server/transport.py).
+        # a larger one is answered REQUEST_TOO_LARGE without being parsed (server/mcp/transport.py).
         "max_request_bytes": (32 * 1024 * 1024, _positive_int),
     },
     "distill": {

@@ -1,6 +1,6 @@
 """The proxy's fixed addresses: where it forwards by default, and the path it answers itself.
 
-Kept apart from server/proxy.py so the commands that only name them (the proxy's arguments,
+Kept apart from server/proxy/app.py so the commands that only name them (the proxy's arguments,
 ``doctor``, ``install-proxy``) start without loading the HTTP stack.
 """
 

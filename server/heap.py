@@ -6,8 +6,8 @@ objects that live as long as the process. CPython's cyclic collector
 walks every tracked object in a full collection, and a ``select_context`` call on a long
 conversation allocates enough containers (the parsed request, its views, the ledger's records,
 distillation's chunks) to start one: in ``serve``, full collections took 40–55 ms of a 15 MiB
-first call whose own work is about 110 ms (docs/performance.md, "2026-12-05: the collector, and
-helper threads that cost more than they saved").
+first call whose own work is about 110 ms (docs/performance-history.md, "2026-12-05: the
+collector, and helper threads that cost more than they saved").
 
 :func:`settle` runs once, when the start-up's imports and loading are done: it moves every
 object alive into the permanent generation (``gc.freeze``): those are never walked again, and

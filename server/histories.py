@@ -1,4 +1,5 @@
-"""The one History of a process, built from the settings: a module of its own, so that the proxy
+"""The one History of a process, built from the settings, and the ledger sessions it deletes (by
+``[ledger] keep_days`` when it is built, or by ``forget``): a module of its own, so that the proxy
 and the terminal commands get it without importing the MCP server and its SDK."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from context_paging.paging.distill import DistillConfig
 from context_paging.server.config import Settings
 
 if TYPE_CHECKING:
+    from context_paging.index.forget import Forgotten
     from context_paging.index.service import History
     from context_paging.server.warmup import LoadingHistory
 
@@ -21,7 +23,7 @@ def make_history(settings: Settings, distill: DistillConfig | None = None) -> Hi
     """The one History of a process, configured from settings (``distill``: the ``[distill]``
     settings, when the caller has read them already)."""
     from context_paging.index.service import History
-    from context_paging.index.window import ContextSettings
+    from context_paging.index.window.pipeline import ContextSettings
     from context_paging.server.tokens import text_counter
 
     paging = settings.values["paging"]
@@ -30,8 +32,6 @@ def make_history(settings: Settings, distill: DistillConfig | None = None) -> Hi
                               trim_to_tokens=paging["trim_to_tokens"],
                               first_cut=paging["first_cut"],
                               estimator=paging["estimator"], distill=distill)
-    from context_paging.server.forget_cli import apply_retention
-
     apply_retention(settings)  # [ledger] keep_days
     return History(settings.roots, settings.home, context, text_counter)
 
@@ -52,3 +52,28 @@ def loading_history(settings: Settings, then: Callable[[], None] | None = None
 
     distill = distill_config(settings)
     return LoadingHistory(lambda: make_history(settings, distill), distill, then).start()
+
+
+def forget_sessions(settings: Settings, sessions: list[str]) -> list[Forgotten]:
+    from context_paging.index.forget import forget
+    from context_paging.index.search.store import SearchIndex
+
+    index = settings.home / "index"
+    store = SearchIndex(index) if index.is_dir() else None
+    try:
+        return [forget(settings.home, ref, store.forget if store else None) for ref in sessions]
+    finally:
+        if store is not None:
+            store.close()
+
+
+def apply_retention(settings: Settings) -> None:
+    """Delete the ledger sessions past ``[ledger] keep_days`` (when a server or proxy starts),
+    one log line for what went."""
+    from context_paging.index.forget import expired
+
+    sessions = expired(settings.home, settings.get("ledger", "keep_days"))
+    if sessions:
+        forget_sessions(settings, sessions)
+        log.warning("deleted %d ledger session(s) not written for %s days ([ledger] keep_days)",
+                    len(sessions), settings.get("ledger", "keep_days"))

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
-from context_paging.index.window_estimate import cores, spare_core
+from context_paging.index.window.estimate import cores, spare_core
 
 log = logging.getLogger("context_paging")
 
@@ -54,7 +54,7 @@ def text_counter() -> Callable[[str], int] | None:
 
     counter: Any = whole if cores() < 2 else functools.partial(_count_split, whole, _helper())
     # A text is at least len(text) / this many tokens, and at least ``piece_floor(text)``: the
-    # window bounds the history it need not count exactly with these (index/window_estimate.py).
+    # window bounds the history it need not count exactly with these (index/window/estimate.py).
     counter.max_token_chars = CL100K_LONGEST
     counter.text_floor = piece_floor
     return counter
@@ -200,7 +200,7 @@ def pieces(text: str, most: int = PIECE_CHARS) -> list[str]:
 def _count_split(whole: Callable[[str], int], helper: ThreadPoolExecutor, text: str) -> int:
     """``whole(text)``; a large text in two pieces, the second on the helper thread, when a
     core is likely free for it."""
-    # Only when the load leaves a core free (index.window_estimate.spare_core): on a 2-core
+    # Only when the load leaves a core free (index.window.estimate.spare_core): on a 2-core
     # machine under a load of 3 a split 52 KB count took 1.1-1.2x the whole count's time.
     # A text over PIECE_CHARS is counted piece by piece on this thread: two halves counted at
     # once would hold two token lists and two half copies, past the memory bound of a count.

@@ -3,7 +3,7 @@
 Importing the index and the window and loading the tokenizer take longer than the MCP SDK's
 own start. ``serve`` begins that work on a thread of its own as soon as it starts and answers
 ``initialize`` and ``tools/list`` meanwhile; by the time a client has listed the tools and its
-first request is on the wire, the work is done or nearly (docs/performance.md, "Start-up").
+first request is on the wire, the work is done or nearly (docs/performance-history.md, "Start-up").
 
 Until then :class:`LoadingHistory` stands in for the History: every attribute it does not have
 itself is one of the History's methods, fetched without waiting and, when called, run on the

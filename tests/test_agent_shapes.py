@@ -15,7 +15,7 @@ import pytest
 from context_paging.paging.formats import render, to_views
 from context_paging.paging.resident import is_resident, resident_indexes
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import make_history
+from context_paging.server.mcp.tools import make_history
 
 from tests.test_proxy import make_home
 

@@ -1,8 +1,8 @@
 """Distillation's edits reach the window with the re-writes the prompt cache pays anyway
-(docs/distillation.md, "Under prompt caching"; index/landing.py, paging/cache_cost.py): on generated
-conversations, an old output is not re-written where the cut holds and the savings do not pay,
-pending edits land together at the next cut advance, and the window stays byte-stable in between —
-also across a restart."""
+(docs/distillation.md, "Under prompt caching"; index/window/landing.py, paging/cache_cost.py): on
+generated conversations, an old output is not re-written where the cut holds and the savings do not
+pay, pending edits land together at the next cut advance, and the window stays byte-stable in
+between — also across a restart."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from context_paging.index.landing import held_targets, to_land
 from context_paging.index.service import History
-from context_paging.index.window import ContextSettings
+from context_paging.index.window.landing import held_targets, to_land
+from context_paging.index.window.pipeline import ContextSettings
 from context_paging.paging.cache_cost import PRICES, horizon, pays, prices_for
 from context_paging.paging.distill import DistillConfig
 

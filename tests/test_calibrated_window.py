@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.calibrate import Anchor, Sent, calibrate, counted_views
 from context_paging.paging.distill import DistillConfig
 from hypothesis import HealthCheck, example, given, settings

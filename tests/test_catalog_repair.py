@@ -9,7 +9,7 @@ import logging
 import pytest
 from context_paging.index.catalog import Catalog
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.test_listing import sessions

@@ -27,7 +27,7 @@ def test_the_demo_pages_the_sample_session_and_recovers_the_evicted_error(capsys
 
 
 def test_the_demo_explains_each_mode_its_table_shows_once(capsys):
-    from context_paging.server.demo import MODE_MEANINGS
+    from context_paging.server.commands.demo import MODE_MEANINGS
 
     assert main(["demo", "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -113,7 +113,7 @@ def test_index_all_reports_each_session_then_the_commit_on_stderr_only(home, cap
 
 def test_index_all_says_it_is_writing_the_index_after_the_last_session(home):
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import make_history
+    from context_paging.server.mcp.tools import make_history
 
     seen: list[tuple[float, float | None, str]] = []
     history = make_history(load_settings(home=str(home)))

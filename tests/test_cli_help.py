@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from context_paging.server import cli_help
 from context_paging.server.cli import build_parser
+from context_paging.server.commands import help as cli_help
 
 from tests.conftest import PROJECT
 
@@ -58,7 +58,7 @@ def test_a_command_not_in_any_group_is_listed_under_other_commands():
 
 def test_the_cli_reference_page_matches_the_parser():
     page = (PROJECT / "docs" / "cli.md").read_text(encoding="utf-8")
-    hint = "run: python -m context_paging.server.cli_help --write"
+    hint = "run: python -m context_paging.server.commands.docs --write"
     assert cli_help.block_of(page) == cli_help.reference(build_parser(grouped_help=False)), hint
 
 

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from context_paging.server import clients
 from context_paging.server.config import load_settings
+from context_paging.server.setup import clients
 
 SHAPES = {  # client -> (servers key, whether entries carry "type": "stdio")
     "claude-desktop": ("mcpServers", False),

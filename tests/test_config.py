@@ -8,9 +8,9 @@ import logging
 from dataclasses import asdict, fields
 
 from context_paging.paging.distill import DistillConfig
-from context_paging.server import clients
 from context_paging.server.cli import main
 from context_paging.server.config import SCHEMA, load_settings
+from context_paging.server.setup import clients
 
 DISTILL_KEYS = [f.name for f in fields(DistillConfig)]
 

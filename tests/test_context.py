@@ -6,7 +6,7 @@ import json
 
 import pytest
 from context_paging.index.ledger import Ledger, LedgerError, fingerprint
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.formats import FormatError, detect_format
 from context_paging.paging.request import chain_ids

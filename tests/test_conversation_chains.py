@@ -1,13 +1,13 @@
-"""The proxy's message chains (server/conversations.py): a request read on the previous one
+"""The proxy's message chains (server/proxy/conversations.py): a request read on the previous one
 hashes only its new messages, and gets the chain a fresh read gives."""
 
 from __future__ import annotations
 
 import json
 
-from context_paging.server import conversations, wire
-from context_paging.server.conversations import Chains, chain
-from context_paging.server.resent import Resent
+from context_paging.server.proxy import conversations, wire
+from context_paging.server.proxy.conversations import Chains, chain
+from context_paging.server.proxy.resent import Resent
 
 
 def body_of(count: int, marker_on_last: bool = True) -> bytes:

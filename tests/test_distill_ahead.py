@@ -11,7 +11,7 @@ from pathlib import Path
 
 import context_paging.paging.distill.plan as plan_module
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

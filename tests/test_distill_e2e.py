@@ -8,7 +8,7 @@ import json
 
 import pytest
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.conftest import ledger_home

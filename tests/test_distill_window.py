@@ -11,7 +11,7 @@ import struct
 
 import pytest
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.conftest import ledger_home
@@ -241,7 +241,7 @@ def _build_log_run(turns: int) -> list[dict]:
 def test_the_model_names_the_provider_whose_checkpoint_batch_size_applies(tmp_path, model,
                                                                            fires):
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     config = DistillConfig(mid_run_batch_chars_openai=10_000_000)
@@ -256,7 +256,7 @@ def test_a_mid_run_checkpoint_distills_an_old_log_while_the_run_goes_on(tmp_path
     the run's first turn is judged once it is 4 turns old and the batch (60k chars) pays off against
     re-reading the context after it; the run has not ended, so there is no final answer yet."""
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     log = "\n".join([f"copied static/img/asset_{i:04d}.png to dist/img (ok, {i * 7} bytes)"
@@ -293,7 +293,7 @@ def test_an_omitted_exchange_holding_a_distilled_output_saves_each_character_onc
     omission is costed on what the window still showed, so the savings add up to no more than
     the exchange's original size."""
     from context_paging.index.ledger import Ledger
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     dockerfile = "\n".join(f"RUN install_step_{i} --flag-{i}  # payments layer {i}"
@@ -312,7 +312,7 @@ def test_an_omitted_exchange_holding_a_distilled_output_saves_each_character_onc
         token_budget=400_000, estimator="chars4",
         distill=DistillConfig(exchange_break_even=False)), None)
     # No prompt cache ("none"): the omission lands on the call that decides it (with a cache
-    # it would wait for a re-write that pays, index/landing.py).
+    # it would wait for a re-write that pays, index/window/landing.py).
     first = service.select("twice", docker_run + [_user("pi", "Step 0: tidy src/parser.py.")],
                            fmt="pi", model="none/any")
     assert [d["tool_call_id"] for d in first["distilled"]] == ["call_docker"]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from context_paging.server.config import SCHEMA
-from context_paging.server.docs import (
+from context_paging.server.commands.docs import (
     BEGIN,
     CONFIG_BEGIN,
     CONFIG_END,
@@ -15,11 +14,12 @@ from context_paging.server.docs import (
     reference,
     snapshot_tools,
 )
+from context_paging.server.config import SCHEMA
 from context_paging.server.settings_help import MEANINGS
 
 from tests.conftest import PROJECT
 
-HINT = "run: python -m context_paging.server.docs --write"
+HINT = "run: python -m context_paging.server.commands.docs --write"
 
 
 def _page(name: str) -> str:

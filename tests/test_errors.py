@@ -11,18 +11,19 @@ from context_paging.index.discovery import InvalidSessionRef, SessionRefError
 from context_paging.index.jsonl import OutsideRoot
 from context_paging.index.ledger import LedgerError
 from context_paging.index.navigator import NavigatorError
+from context_paging.index.search.store import IndexBusy
 from context_paging.index.service import NoSessionGiven
 from context_paging.index.sessions import UnknownFormat
-from context_paging.index.store import IndexBusy
 from context_paging.paging.formats import FormatError
 from context_paging.paging.limits import ContextSelectionError
-from context_paging.server import cli, mcp_server
+from context_paging.server import cli
 from context_paging.server.config import load_settings
 from context_paging.server.errors import failure
-from context_paging.server.wire import ShapeError
+from context_paging.server.mcp import tools as mcp_server
+from context_paging.server.proxy.wire import ShapeError
 from mcp import Client
 
-# The codes clients saw before the translation moved into the classes (server/mcp_server.py's
+# The codes clients saw before the translation moved into the classes (server/mcp/tools.py's
 # old chain of except clauses): they must not change.
 CODES = [
     (NavigatorError("UNKNOWN_HISTORY_ID", "no item h1"), "UNKNOWN_HISTORY_ID"),

@@ -115,7 +115,8 @@ def test_an_invalid_first_cut_fraction_is_a_trim_target_error(bad):
     assert caught.value.code == "INVALID_TRIM_TARGET"
 
 
-# -- the server's default (index/window.py ContextSettings.first_cut: upstream's rule) ---------
+# -- the server's default (index/window/pipeline.py ContextSettings.first_cut: upstream's rule)
+#  ---------
 
 
 def _anthropic_conversation(turns: int) -> list[dict]:
@@ -136,7 +137,7 @@ def _anthropic_conversation(turns: int) -> list[dict]:
 def _first_cut_reply(tmp_path, **settings) -> dict:
     """The reply to the first request of a growing session that crosses a 6,000 budget."""
     from context_paging.index.service import History
-    from context_paging.index.window import ContextSettings
+    from context_paging.index.window.pipeline import ContextSettings
     from context_paging.paging.distill import DistillConfig
 
     service = History({}, tmp_path, ContextSettings(token_budget=6_000, estimator="chars4",

@@ -19,7 +19,7 @@ from typing import Any
 import context_paging.index.recall as recall_module
 import pytest
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.conftest import ledger_home

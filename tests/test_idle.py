@@ -83,7 +83,7 @@ def anyio_backend():
 @pytest.mark.anyio
 async def test_the_server_counts_ahead_after_a_reply_and_replies_stay_the_same(tmp_path):
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import create_server
+    from context_paging.server.mcp.tools import create_server
     from mcp import Client
 
     from tests.conftest import ledger_home
@@ -114,7 +114,7 @@ async def test_the_server_counts_ahead_after_a_reply_and_replies_stay_the_same(t
 
 
 def test_the_wire_kicks_after_each_written_message():
-    from context_paging.server.transport import _Stdout
+    from context_paging.server.mcp.transport import _Stdout
 
     read, write = os.pipe()
     try:
@@ -188,7 +188,7 @@ async def test_the_text_copy_of_select_contexts_reply_is_a_setting(tmp_path, set
     import json
 
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import create_server
+    from context_paging.server.mcp.tools import create_server
     from mcp import Client
 
     from tests.conftest import ledger_home

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from context_paging.index import store as store_module
-from context_paging.index.analysis import SCHEMA
+from context_paging.index.search import store as store_module
+from context_paging.index.search.analysis import SCHEMA
+from context_paging.index.search.store import SearchIndex, doc_for
+from context_paging.index.search.writer import INLINE_POSTINGS, TermPool, TermWriter
 from context_paging.index.sessions import load
-from context_paging.index.store import SearchIndex, doc_for
-from context_paging.index.writer import INLINE_POSTINGS, TermPool, TermWriter
 from whoosh.codec.whoosh3 import W3Codec
 from whoosh.writing import SegmentWriter
 

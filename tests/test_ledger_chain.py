@@ -100,7 +100,7 @@ def test_records_stay_what_was_sent_when_the_host_edits_its_messages_afterwards(
     """A library host may change its own dicts in place after a call. The ledger's records (in
     Pi, the views' copies; in other formats, copies of their own) keep what the call stored, in
     memory and on disk."""
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
 
     service = ContextService(Ledger(tmp_path), ContextSettings(token_budget=10_000), None)
     pi = [{"role": "user", "content": [{"type": "text", "text": "read a.py"}], "timestamp": 1},

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.limits import ContextSelectionError
 
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from context_paging.index.jsonl import dump_line, parse_line
 from context_paging.index.ledger import Ledger, fingerprint
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.request import chain_ids
 from hypothesis import given, settings

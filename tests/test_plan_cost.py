@@ -16,9 +16,9 @@ import json
 from dataclasses import replace
 
 import pytest
-from context_paging.index import window_distill
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window import distill as window_distill
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import items, plan
 from context_paging.paging.distill.apply import applied, changed
 from context_paging.paging.distill.config import DistillConfig

@@ -12,10 +12,10 @@ import httpx2 as httpx
 import pytest
 from context_paging.index import private
 from context_paging.index.proxied import last_proxied
-from context_paging.index.store import SearchIndex
+from context_paging.index.search.store import SearchIndex
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import make_history
+from context_paging.server.mcp.tools import make_history
 
 from tests.test_proxy import Stack, make_home
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from context_paging.server.cli import main
-from context_paging.server.demo import sample_path
+from context_paging.server.commands.demo import sample_path
 from context_paging.server.progress import QUIET_LIMIT, Progress, render
 
 

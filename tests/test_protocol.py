@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from context_paging.index.discovery import iter_session_files
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from bench.recorded import agent_path

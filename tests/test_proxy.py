@@ -17,10 +17,10 @@ import httpx2 as httpx
 import pytest
 from context_paging.index.proxied import ProxyLog, conversation_stats, last_proxied
 from context_paging.index.stats import render as render_stats
-from context_paging.server import wire
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import make_history
-from context_paging.server.proxy import Proxy, Upstreams
+from context_paging.server.mcp.tools import make_history
+from context_paging.server.proxy import wire
+from context_paging.server.proxy.app import Proxy, Upstreams
 
 from tests.fake_provider import FakeProvider, Recorded, Reply, Served, anthropic_stream
 

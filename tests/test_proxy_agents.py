@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx2 as httpx
 import pytest
 from context_paging.index.proxied import conversation_stats
-from context_paging.server import wire
+from context_paging.server.proxy import wire
 
 from tests.test_agent_shapes import recorded
 from tests.test_proxy import Stack, make_home
@@ -200,7 +200,7 @@ def test_uvicorns_websocket_warning_never_reaches_the_agents_terminal():
     import logging
     import socket
 
-    from context_paging.server.proxy_cli import _server
+    from context_paging.server.proxy.commands import _server
 
     with socket.socket() as sock:
         _server(None, sock)  # type: ignore[arg-type]
@@ -252,7 +252,7 @@ def test_run_routes_pi_through_a_models_file_of_its_own(tmp_path, monkeypatch, c
 
 def test_doctor_counts_each_conversations_requests_and_flags_one_that_always_fails_open(
         tmp_path):
-    from context_paging.server.agents import paging_report
+    from context_paging.server.setup.agents import paging_report
 
     stack = Stack(make_home(tmp_path, budget=600))
     try:

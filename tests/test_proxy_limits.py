@@ -9,7 +9,7 @@ import logging
 import threading
 
 import httpx2 as httpx
-from context_paging.server import wire
+from context_paging.server.proxy import wire
 
 from tests.test_proxy import Stack, make_home, tool_turn
 
@@ -107,7 +107,7 @@ def test_a_conversation_being_paged_does_not_hold_up_another(tmp_path):
 
 
 def test_calls_of_one_session_run_one_at_a_time_and_of_two_sessions_side_by_side():
-    from context_paging.index.gate import Gate
+    from context_paging.index.window.gate import Gate
 
     gate = Gate()
     inside: dict[str, int] = {"a": 0, "b": 0}
@@ -139,7 +139,7 @@ def test_calls_of_one_session_run_one_at_a_time_and_of_two_sessions_side_by_side
 
 
 def test_spare_time_work_waits_while_a_call_runs():
-    from context_paging.index.gate import Gate
+    from context_paging.index.window.gate import Gate
 
     gate = Gate()
     with gate.session("a"):
@@ -176,7 +176,7 @@ def test_make_app_takes_paging_and_the_size_bound_from_the_settings(tmp_path):
     import argparse
 
     from context_paging.server.config import load_settings
-    from context_paging.server.proxy_cli import make_app
+    from context_paging.server.proxy.commands import make_app
 
     home = make_home(tmp_path, paging=False)
     settings = load_settings(home=str(home), overrides={"paging.max_request_bytes": 12345})

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 from context_paging.paging.formats import detect_format, render, to_views
-from context_paging.server import wire
+from context_paging.server.proxy import wire
 
 from tests.test_proxy import Stack, make_home
 

@@ -1,6 +1,6 @@
 """The proxy as it runs all day beside a browser: who may talk to it, and how connections end.
 
-Every test serves the proxy the way ``context-paging proxy`` does (server/proxy_cli.py's
+Every test serves the proxy the way ``context-paging proxy`` does (server/proxy/commands.py's
 server settings, the guard in front) on a loopback port, and talks to it over real HTTP, raw
 sockets where a client library would tidy the request up.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from context_paging.index.proxied import ProxyLog, last_proxied
-from context_paging.server import proxy_cli
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import make_history
-from context_paging.server.proxy import Proxy, Upstreams
+from context_paging.server.mcp.tools import make_history
+from context_paging.server.proxy import commands as proxy_cli
+from context_paging.server.proxy.app import Proxy, Upstreams
 
 from tests.fake_provider import FakeProvider, Served
 from tests.test_proxy import make_home
@@ -114,7 +114,7 @@ def test_loopback_names_and_node_fetchs_cors_mode_pass(proxied, host):
 
 
 def test_the_configured_listen_host_is_accepted_besides_loopback_and_a_wildcard_takes_addresses():
-    from context_paging.server.guard import Guard, refusal
+    from context_paging.server.proxy.guard import Guard, refusal
 
     guard = Guard(object(), ["box.lan"])
     assert refusal([(b"host", b"box.lan:8787")], guard.hosts) is None
@@ -174,7 +174,7 @@ def test_a_body_that_stops_arriving_closes_its_connection_with_one_line(proxied,
 
 
 def test_the_server_settings_bound_connections():
-    from context_paging.server import connections
+    from context_paging.server.proxy import connections
 
     sock = proxy_cli.listen("127.0.0.1", 0)
     try:
@@ -187,7 +187,7 @@ def test_the_server_settings_bound_connections():
 
 
 def test_a_body_of_megabytes_is_read_in_large_pieces_and_arrives_byte_for_byte(proxied):
-    from context_paging.server import connections
+    from context_paging.server.proxy import connections
 
     body = bytes(range(256)) * (9 * 4096 + 17)  # 9.4 MB, not a multiple of any read
     with httpx.Client(timeout=60) as client:  # keeps its connection open after the reply
@@ -250,7 +250,7 @@ def test_a_message_strict_json_cannot_hold_sends_the_original_body(tmp_path, cap
 
 
 def test_splice_keeps_each_floats_spelling_and_refuses_what_json_cannot_hold():
-    from context_paging.server import wire
+    from context_paging.server.proxy import wire
 
     body = wire.read_body(b'{"messages":[{"a":[1E2,2.50,1e999,-1E999]}]}', "messages")
     window = [dict(body.value["messages"][0])]
@@ -418,6 +418,6 @@ def test_the_proxy_refuses_connections_until_it_can_answer_them(tmp_path, monkey
             (b"sec-fetch-mode", b"cors")]),
 ])
 def test_the_agents_own_requests_pass_the_guard(agent, headers):
-    from context_paging.server.guard import refusal
+    from context_paging.server.proxy.guard import refusal
 
     assert refusal(headers, frozenset()) is None

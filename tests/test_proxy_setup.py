@@ -9,8 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from context_paging.server import agents, undo
 from context_paging.server.cli import main
+from context_paging.server.setup import agents, undo
 
 from tests.fake_provider import FakeProvider, Served
 from tests.test_proxy import Stack, make_home
@@ -128,7 +128,7 @@ def test_doctor_reports_proxy_up_agent_pointing_and_requests_flowing(tmp_path, u
 
 
 def test_run_points_each_agent_at_the_proxy_its_own_way():
-    from context_paging.server.proxy_cli import child_environment
+    from context_paging.server.proxy.commands import child_environment
 
     env, extra = child_environment("/usr/bin/claude", "http://127.0.0.1:5", {"PATH": "/bin"})
     assert extra == [] and env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:5"

@@ -1,11 +1,11 @@
-"""index.query: what a query asks for, and the lines of an item it matched."""
+"""index.search.query: what a query asks for, and the lines of an item it matched."""
 
 from __future__ import annotations
 
 from context_paging.index.history import HistoryItem
 from context_paging.index.model import Message, TextBlock, ToolCall
-from context_paging.index.query import holds_run, marked, matches, parse
-from context_paging.index.searched import match_files
+from context_paging.index.search.notes import match_files
+from context_paging.index.search.query import holds_run, marked, matches, parse
 
 
 def test_a_plain_query_ranks_exactly_as_written():
@@ -78,7 +78,7 @@ def test_files_match_a_suffix_a_name_or_an_absolute_path_and_unknowns_are_listed
 
 
 def test_a_reply_that_used_the_proxys_conversation_says_so_even_with_hits():
-    from context_paging.index.searched import Searched, searched_note
+    from context_paging.index.search.notes import Searched, searched_note
 
     searched = Searched("session", ("ledger:abc",), 1, 40, None, "proxy")
     assert searched_note(searched, parse("needle"), True, 0) == (

@@ -14,7 +14,7 @@ from context_paging.index.model import ImageBlock
 from context_paging.index.navigator import NavigatorError
 from context_paging.index.recall import Recalled, recall_text
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.test_protocol import call, write_config

@@ -29,7 +29,7 @@ import context_paging.index.ledger as ledger_module
 import pytest
 from context_paging.index.discovery import iter_session_files
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client

@@ -23,7 +23,7 @@ from context_paging.paging.replay_cost import (
 )
 from context_paging.paging.request import common_start
 from context_paging.server.cli import main
-from context_paging.server.replay import ReplayOptions, distinctive, replay
+from context_paging.server.replay.run import ReplayOptions, distinctive, replay
 
 PRICES = Prices(uncached=1.0, cache_write=1.25, cache_read=0.1)
 
@@ -314,7 +314,7 @@ def test_requests_carry_a_result_for_every_call_and_ignore_the_agents_compaction
         {"type": "text", "text": "e" * 200}]}})
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    from context_paging.server.replay import request_ends, session_messages
+    from context_paging.server.replay.run import request_ends, session_messages
 
     originals, messages = session_messages(str(path))
     assert [m["role"] for m in messages] == [

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from context_paging.server.cli import main
-from context_paging.server.replay_svg import nice_top
+from context_paging.server.replay.svg import nice_top
 
 from tests.test_replay import _pi_file, _turns
 

@@ -4,7 +4,7 @@ whichever encoder writes it (server/mcp_server.compact_json)."""
 from __future__ import annotations
 
 from context_paging.index.navigator import dumps
-from context_paging.server.mcp_server import compact_json
+from context_paging.server.mcp.tools import compact_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""Reading a body against an earlier one (server/resent.py) gives what reading it whole gives,
+"""Reading a body against an earlier one (server/proxy/resent.py) gives what reading it whole gives,
 and the proxy forwards the same bytes either way."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 
 import httpx2 as httpx
 import pytest
-from context_paging.server import wire
-from context_paging.server.proxy import has_recovery_tools, marked_resident
-from context_paging.server.resent import Resent
+from context_paging.server.proxy import wire
+from context_paging.server.proxy.app import has_recovery_tools, marked_resident
+from context_paging.server.proxy.resent import Resent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

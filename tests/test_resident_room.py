@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from context_paging.paging.limits import Limits, leave_room
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import make_history
+from context_paging.server.mcp.tools import make_history
 
 from tests.test_proxy import make_home
 

@@ -142,7 +142,7 @@ def test_views_kept_for_later_calls_are_not_the_hosts_objects(tmp_path):
     host's content lists) must not change what a later ``after_id`` call reads of the stored
     messages once the caches that happened to hide it were emptied (they are bounded: a
     long-running server clears them)."""
-    from context_paging.index import window_distill
+    from context_paging.index.window import distill as window_distill
 
     for budget in (1_500, 3_000):
         home = tmp_path / str(budget)
@@ -191,7 +191,7 @@ def test_dict_subclass_messages_edited_in_place_are_read_again(tmp_path):
 
 
 def _form_service(home, reference: bool, budget: int):
-    from context_paging.index.window import ContextService, ContextSettings
+    from context_paging.index.window.pipeline import ContextService, ContextSettings
 
     from tests.test_select_cost import DISTILL, words
 

@@ -10,7 +10,7 @@ import pytest
 from context_paging.index.jsonl import read_jsonl
 from context_paging.index.service import History
 from context_paging.index.sources.pi import active_path
-from context_paging.index.window import ContextSettings
+from context_paging.index.window.pipeline import ContextSettings
 
 from tests.conftest import sample
 

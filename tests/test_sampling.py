@@ -1,4 +1,5 @@
-"""The ``sampling`` judge over MCP (server/sampling.py): a scripted client plays the host's model.
+"""The ``sampling`` judge over MCP (server/mcp/sampling.py): a scripted client plays the host's
+model.
 
 Both protocol eras: the default ``Client`` (2026-07-28, resolver slots answered through
 ``input_required``) and ``mode="legacy"`` (the server sends ``sampling/createMessage`` itself).
@@ -16,7 +17,7 @@ import re
 import anyio
 import pytest
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 from mcp.types import CreateMessageResult, ErrorData, TextContent
 

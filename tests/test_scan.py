@@ -1,13 +1,13 @@
-"""index.scan answers a session's first search exactly as the persistent index does later."""
+"""index.search.scan answers a session's first search exactly as the persistent index does later."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from context_paging.index.analysis import token_count, tokens
-from context_paging.index.scan import scan_search
-from context_paging.index.store import IndexDoc, SearchIndex
+from context_paging.index.search.analysis import token_count, tokens
+from context_paging.index.search.scan import scan_search
+from context_paging.index.search.store import IndexDoc, SearchIndex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,13 +72,13 @@ def test_overlapping_pairs_count_as_the_index_counts_them():
 def test_the_memory_index_finds_the_tokens_the_index_finds(text):
     from collections import Counter
 
-    from context_paging.index.scan import _tokens
+    from context_paging.index.search.scan import _tokens
 
     assert Counter(_tokens(text)) == Counter(tokens(text))
 
 
 def test_a_repeated_search_of_the_kept_memory_index_ranks_as_a_fresh_one():
-    from context_paging.index.scan import MemoryIndex
+    from context_paging.index.search.scan import MemoryIndex
 
     docs = [doc("pi:s", n, words) for n, words in enumerate(
         [["needle", "请needle"], ["paraxial.io", "hay"], ["Ωneedle", "src/a/needle.ts"], ["hay"]])]
@@ -96,7 +96,7 @@ def test_a_repeated_search_of_the_kept_memory_index_ranks_as_a_fresh_one():
     st.lists(st.sampled_from(["needle", "hay", "b.c", "io"]), max_size=1),
 )
 def test_required_and_excluded_words_filter_in_memory_as_in_the_index(rows, query, must, never):
-    from context_paging.index.scan import MemoryIndex
+    from context_paging.index.search.scan import MemoryIndex
 
     docs = [doc("pi:s", n, words) for n, words in enumerate(rows)]
     with tempfile.TemporaryDirectory() as tmp, SearchIndex(Path(tmp) / "ix") as ix:

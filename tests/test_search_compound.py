@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from context_paging.index.analysis import compound_terms, query_tokens, term_counts
+from context_paging.index.search.analysis import compound_terms, query_tokens, term_counts
 from context_paging.index.service import History
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 # (query, text in one tool output): what people type, and what it must find.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from context_paging.index.analysis import compound_terms, term_counts, tokens
 from context_paging.index.history import content_text, search_text
+from context_paging.index.search.analysis import compound_terms, term_counts, tokens
 from context_paging.index.service import History
 
 from tests.conftest import ALL_SAMPLES, recorded_params
@@ -38,7 +38,8 @@ def candidates(items):
             continue
         output = "\n".join(content_text(r.content) for r in item.tool_results)
         # Unique as the index matches it: a compound of three or more parts also matches every
-        # item holding all of its pairs (index.analysis), so those must be this item only too.
+        # item holding all of its pairs (index.search.analysis), so those must be this item only
+        #  too.
         unique = [t for t in dict.fromkeys(tokens(output))
                   if len(t) >= 5 and _IDENTIFIER.search(t)
                   and frequency.get(t) == {item.history_id}

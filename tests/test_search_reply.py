@@ -13,7 +13,7 @@ import pytest
 from context_paging.index.service import History
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.test_search_compound import pi_line
@@ -158,7 +158,7 @@ def test_an_unknown_file_is_named_in_the_note_not_blamed_on_the_query(history):
 
 def test_a_repeated_search_before_the_index_has_the_session_analyzes_nothing_again(
         history, monkeypatch):
-    import context_paging.index.scan as scan
+    import context_paging.index.search.scan as scan
 
     history.store.file_state = lambda session: None  # the disk index never catches up here
     first = history.search("pager", "pi:s2bbbbbb", limit=3)

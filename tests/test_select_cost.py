@@ -17,10 +17,11 @@ import math
 from pathlib import Path
 
 import pytest
-from context_paging.index import window as context
-from context_paging.index import window_distill, window_estimate
 from context_paging.index.ledger import Ledger, LedgerSession
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window import distill as window_distill
+from context_paging.index.window import estimate as window_estimate
+from context_paging.index.window import pipeline as context
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging import select
 from context_paging.paging.distill import DistillConfig, chunk, conversation, items, judge, plan
 from context_paging.paging.distill.chunk import Chunk

@@ -16,9 +16,10 @@ import time
 
 import anyio
 import pytest
-from context_paging.server import cli, transport
+from context_paging.server import cli
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import RECOVERY_TOOLS, MCPServer, create_server
+from context_paging.server.mcp import transport
+from context_paging.server.mcp.tools import RECOVERY_TOOLS, MCPServer, create_server
 from mcp import Client
 
 from tests.conftest import PROJECT
@@ -160,7 +161,7 @@ async def test_token_counts_in_replies_are_ints(tmp_path):
 
 
 def test_a_fractional_estimate_is_reported_whole_and_rounded_up():
-    from context_paging.server.mcp_server import SelectContextResult
+    from context_paging.server.mcp.tools import SelectContextResult
 
     reply = SelectContextResult(
         messages=[], mode="paged", estimated_tokens=10.25, budget_tokens=128_000.0,

@@ -9,8 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from context_paging.server import service
 from context_paging.server.cli import main
+from context_paging.server.setup import service
 
 ORIGINALS = {  # every file the three agents read, as a user might have them (None: absent)
     ".claude/settings.json": '{\n    "model": "opus",\n    "env": {"FOO": "1"}\n}',
@@ -124,7 +124,7 @@ def test_the_launchd_agent_runs_the_proxy_at_load_and_keeps_it_alive(tmp_path):
 
 def test_doctor_reports_every_agents_base_url_whatever_its_port_and_the_registration(
         user_home, tmp_path):
-    from context_paging.server import agents
+    from context_paging.server.setup import agents
 
     assert main(["install-proxy", "--client", "claude-code", "--write", "--port", "9001"]) == 0
     assert main(["install-proxy", "--client", "pi", "--write", "--port", "9002"]) == 0

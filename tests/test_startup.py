@@ -15,7 +15,7 @@ import threading
 import anyio
 import pytest
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server, distill_config, make_history
+from context_paging.server.mcp.tools import create_server, distill_config, make_history
 from context_paging.server.warmup import LoadingHistory
 from mcp import Client
 
@@ -24,16 +24,16 @@ from tests.test_hardening import INITIALIZE, finish, read_replies
 
 WAIT = 120  # seconds: a bound on a loaded machine, never an assertion about speed
 HEAVY = ("mcp", "tiktoken", "whoosh", "httpx2", "starlette", "uvicorn",
-         "context_paging.index.window", "context_paging.index.service",
+         "context_paging.index.window.pipeline", "context_paging.index.service",
          "context_paging.index.sessions", "context_paging.paging.select")
 
 
 # What only searching and indexing need: Whoosh, the analyzer and the stores, the in-memory
 # scan, the session catalog (a pydantic model) and recall.
-SEARCH = ("whoosh", "context_paging.index.searching", "context_paging.index.searched",
-          "context_paging.index.query", "context_paging.index.analysis",
-          "context_paging.index.store", "context_paging.index.writer",
-          "context_paging.index.scan", "context_paging.index.catalog",
+SEARCH = ("whoosh", "context_paging.index.search.reply", "context_paging.index.search.notes",
+          "context_paging.index.search.query", "context_paging.index.search.analysis",
+          "context_paging.index.search.store", "context_paging.index.search.writer",
+          "context_paging.index.search.scan", "context_paging.index.catalog",
           "context_paging.index.recall")
 
 
@@ -64,14 +64,14 @@ def test_a_command_that_only_prints_loads_no_index_sdk_or_http_stack(argv, tmp_p
 
 
 def test_the_mcp_server_module_loads_the_sdk_but_not_the_index_or_the_tokenizer():
-    loaded = imported_by("import context_paging.server.mcp_server")
+    loaded = imported_by("import context_paging.server.mcp.tools")
     assert "mcp" in loaded  # the SDK brings its own HTTP stack (httpx2, starlette, uvicorn)
     ours = [m for m in loaded if m.split(".")[0] in ("context_paging", "tiktoken", "whoosh")]
     assert ours == []
 
 
 def test_the_window_and_the_history_import_no_search_module_and_no_whoosh():
-    loaded = imported_by("import context_paging.index.window\n"
+    loaded = imported_by("import context_paging.index.window.pipeline\n"
                          "import context_paging.index.service", SEARCH)
     assert loaded == []
 
@@ -83,7 +83,7 @@ FIRST_CALL = ("history.select_context('first', [{'role': 'user', 'content': 'hel
 @pytest.mark.parametrize("build", [
     # the proxy: its app over the History, the tokenizer loaded, then its first request
     ("import argparse\n"
-     "from context_paging.server.proxy_cli import make_app\n"
+     "from context_paging.server.proxy.commands import make_app\n"
      "_, history = make_app(settings, argparse.Namespace(upstream_anthropic='http://127.0.0.1:9',"
      " upstream_openai='http://127.0.0.1:9'))\n"),
     # serve: the History its warm-up thread loads, then the first select_context
@@ -107,7 +107,7 @@ def test_the_proxys_first_select_context_loads_no_pydantic(tmp_path):
     code = ("import os, argparse\n"
             f"os.environ['HOME'] = {str(tmp_path)!r}\n"
             "from context_paging.server.config import load_settings\n"
-            "from context_paging.server.proxy_cli import make_app\n"
+            "from context_paging.server.proxy.commands import make_app\n"
             f"settings = load_settings(home={str(tmp_path / 'home')!r})\n"
             "_, history = make_app(settings, argparse.Namespace("
             "upstream_anthropic='http://127.0.0.1:9', upstream_openai='http://127.0.0.1:9'))\n"
@@ -126,7 +126,8 @@ def test_a_search_loads_the_search_modules_on_its_first_use(tmp_path):
             "reply = history.search('hello', session='ledger:first')\n"
             "history.close()")
     loaded = set(imported_by(code, SEARCH))
-    assert {"whoosh", "context_paging.index.searching", "context_paging.index.store"} <= loaded
+    assert {"whoosh", "context_paging.index.search.reply",
+            "context_paging.index.search.store"} <= loaded
 
 
 class Gate:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from context_paging.server.demo import sample_path
+from context_paging.server.commands.demo import sample_path
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 

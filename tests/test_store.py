@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import regex
-from context_paging.index.analysis import MERGE_FACTOR, SCHEMA, query_terms, tokens
 from context_paging.index.history import preview, project
 from context_paging.index.model import Message, TextBlock, ToolCall
-from context_paging.index.store import (
+from context_paging.index.search.analysis import MERGE_FACTOR, SCHEMA, query_terms, tokens
+from context_paging.index.search.store import (
     INDEX_NAME,
     IndexBusy,
     IndexDoc,
@@ -190,8 +190,9 @@ def test_scores_follow_upstream_bm25(index):
 
 def bm25_ranking(docs: list[IndexDoc], query: str, limit: int, sessions=None):
     """BM25 (docs/search.md, "Ranking") written out independently, with the statistics over all
-    ``docs`` (every indexed item, see index.analysis.Bm25) and hits from ``sessions`` only; a search
-    of one session takes that session's statistics (index.store.SESSION_STATISTICS)."""
+    ``docs`` (every indexed item, see index.search.analysis.Bm25) and hits from ``sessions`` only;
+    a search of one session takes that session's statistics
+    (index.search.store.SESSION_STATISTICS)."""
     if sessions is not None and len(sessions) == 1:
         docs = [d for d in docs if d.session in sessions]
     counted = [(d, Counter(tokens(d.text))) for d in docs]
@@ -415,7 +416,7 @@ WRITER_CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from context_paging.index.store import IndexDoc, SearchIndex
+    from context_paging.index.search.store import IndexDoc, SearchIndex
 
     directory, name = Path(sys.argv[1]), sys.argv[2]
     ix = SearchIndex(directory, lock_timeout=30)
@@ -466,7 +467,7 @@ KILLED_CHILD = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from whoosh.writing import SegmentWriter
-    from context_paging.index.store import IndexDoc, SearchIndex
+    from context_paging.index.search.store import IndexDoc, SearchIndex
 
     original = SegmentWriter.commit
     def commit(self, *args, **kwargs):

@@ -25,7 +25,7 @@ import pytest
 from context_paging.index.discovery import SessionRefError
 from context_paging.index.service import _unreadable_session
 from context_paging.server.config import load_settings
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from tests.test_hardening import agent_roots, claude_lines

@@ -18,9 +18,9 @@ import pytest
 from context_paging.index.navigator import dumps
 from context_paging.index.private import secure_home
 from context_paging.server.cli import main
+from context_paging.server.commands.demo import sample_path
 from context_paging.server.config import load_settings
-from context_paging.server.demo import sample_path
-from context_paging.server.mcp_server import create_server
+from context_paging.server.mcp.tools import create_server
 from mcp import Client
 
 from context_paging import __version__
@@ -214,8 +214,8 @@ def test_the_window_of_a_model_comes_from_its_name_and_is_none_when_unknown():
 
 
 def test_a_busy_index_is_a_retryable_error_not_a_traceback(home, capsys, monkeypatch):
+    from context_paging.index.search.store import IndexBusy
     from context_paging.index.service import History
-    from context_paging.index.store import IndexBusy
 
     def busy(*args, **kwargs):
         raise IndexBusy("the search index /x is being written by another process; gave up "

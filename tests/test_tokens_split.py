@@ -183,7 +183,7 @@ ASCII_CLASSES = st.text(alphabet=st.sampled_from(
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ASCII_CLASSES | TRICKY | st.text(max_size=80))
 def test_the_piece_floor_never_exceeds_the_count(text):
-    """The window bounds uncounted history by ``piece_floor`` too (index/window_estimate.py):
+    """The window bounds uncounted history by ``piece_floor`` too (index/window/estimate.py):
     no text may count below it."""
     assert tokens.piece_floor(text) <= whole(text)
 

@@ -10,7 +10,7 @@ import uuid
 
 import mcp_types as types
 import pytest
-from context_paging.server.transport import dump_response
+from context_paging.server.mcp.transport import dump_response
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

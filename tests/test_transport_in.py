@@ -1,4 +1,4 @@
-"""``serve`` reads each request line once (server/transport.py): stdin's bytes into one reused
+"""``serve`` reads each request line once (server/mcp/transport.py): stdin's bytes into one reused
 buffer, split into lines exactly as a text reader splits them, and parsed with orjson into the
 very message the SDK's own ``validate_json`` makes of the line, or left to the SDK."""
 
@@ -11,7 +11,7 @@ import threading
 
 import mcp_types as types
 import pytest
-from context_paging.server.transport import SDK_DEPTH, _Lines, oversize, parse_message
+from context_paging.server.mcp.transport import SDK_DEPTH, _Lines, oversize, parse_message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,7 +186,7 @@ def text_lines(data: bytes) -> list[str]:
        st.booleans(), st.integers(min_value=1, max_value=5 << 20),
        st.sampled_from([None, 1 << 20, 3 << 19]))
 def test_lines_split_as_a_text_reader_splits_them(sizes, unterminated, piece, keep):
-    from context_paging.server import transport
+    from context_paging.server.mcp import transport
 
     data = b"".join(bytes([65 + n % 26]) * size + end for n, (size, end) in enumerate(sizes))
     if unterminated:
@@ -240,7 +240,7 @@ def test_a_line_over_the_limit_is_told_by_its_bytes_and_its_id_found_at_either_e
 
 
 def test_a_buffer_grown_past_what_it_keeps_is_given_back_after_its_line(monkeypatch):
-    from context_paging.server import transport
+    from context_paging.server.mcp import transport
 
     monkeypatch.setattr(transport, "_KEEP", 4 << 20)
     read, write = os.pipe()
@@ -263,7 +263,7 @@ def test_a_buffer_grown_past_what_it_keeps_is_given_back_after_its_line(monkeypa
 def test_a_line_past_the_cap_is_read_past_in_bounded_memory_and_the_next_line_read():
     """A line of many times the cap (or without end) never grows the buffer past the cap and a
     read: it is dropped as it comes in, its size counted and its edges kept for its id."""
-    from context_paging.server import transport
+    from context_paging.server.mcp import transport
 
     cap = 3 * transport._READ  # the buffer grows (to 4 MiB) before the line is past the cap
     big = (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"'
@@ -297,7 +297,7 @@ def test_a_line_past_the_cap_is_read_past_in_bounded_memory_and_the_next_line_re
 
 @pytest.mark.parametrize("piece", [1, 7, 4096])
 def test_a_line_read_past_ends_where_a_text_reader_ends_it(piece):
-    from context_paging.server import transport
+    from context_paging.server.mcp import transport
 
     cap = 1000
     data = (b"y" * (3 * cap) + b"\r\n" + b"next\r" + b"z" * (2 * cap) + b"\r" + b"last\n"

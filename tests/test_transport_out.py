@@ -1,4 +1,4 @@
-"""``serve``'s stdout (server/transport.py): replies go out on a private duplicate of fd 1, one
+"""``serve``'s stdout (server/mcp/transport.py): replies go out on a private duplicate of fd 1, one
 worker-thread hop each, through a pipe widened to 1 MiB; anything else printed to fd 1 while
 serving lands on stderr, never in the JSON-RPC stream."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 CHILD = r"""
 import fcntl, os, sys
 import anyio
-from context_paging.server.transport import PIPE_BYTES, _wire_stdout
+from context_paging.server.mcp.transport import PIPE_BYTES, _wire_stdout
 
 async def main():
     with _wire_stdout() as out:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from context_paging.index.canonical import canonical, plain
 from context_paging.index.ledger import Ledger
-from context_paging.index.request import FingerprintMemo, same, strict
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
+from context_paging.index.window.request import FingerprintMemo, same, strict
 from context_paging.paging.distill import DistillConfig
 from context_paging.paging.limits import ContextSelectionError
 from hypothesis import HealthCheck, given, settings
@@ -110,7 +110,7 @@ def test_window_proportional_counting_answers_as_the_full_computation(
 def test_views_past_the_reach_that_a_window_can_still_keep_are_counted(
         tmp_path_factory, sizes, aborted, budget, ahead):
     """Interrupted exchanges near the end are counted toward the reach but never sent, so the
-    window can keep views older than the counted ones (index.window_estimate leaves those
+    window can keep views older than the counted ones (index.window.estimate leaves those
     uncounted without looking them up): the call must still answer as the full computation,
     on its first request and on later ones that find some of them counted ahead."""
     messages = conversation(sizes, [True] * len(sizes))
@@ -436,7 +436,7 @@ def anyio_backend():
 @pytest.mark.anyio
 async def test_over_mcp_after_id_continues_and_an_unknown_one_is_a_coded_tool_error(tmp_path):
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import create_server
+    from context_paging.server.mcp.tools import create_server
     from mcp import Client
 
     from tests.conftest import ledger_home
@@ -562,7 +562,7 @@ def test_one_select_call_converts_and_validates_its_request_once(tmp_path, monke
 
 
 def test_the_session_state_is_a_typed_value_that_round_trips_the_state_file(tmp_path):
-    from context_paging.index.window_state import SessionState
+    from context_paging.index.window.state import SessionState
 
     svc = service(tmp_path, False, 400)
     messages = conversation([60] * 8, [True] * 8)
@@ -584,7 +584,7 @@ def test_the_session_state_is_a_typed_value_that_round_trips_the_state_file(tmp_
     {"growth_steps": ["a", None]}, {"growth": "fast"}, {"settings": None},
 ])
 def test_a_state_value_with_a_field_it_cannot_read_costs_only_that_field(tmp_path, damage):
-    from context_paging.index.window_state import SessionState
+    from context_paging.index.window.state import SessionState
 
     svc = service(tmp_path, False, 400)
     messages = conversation([60] * 8, [True] * 8)

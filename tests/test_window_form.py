@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from context_paging.index.ledger import Ledger
-from context_paging.index.window import ContextService, ContextSettings
+from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.formats import to_views
 from context_paging.paging.limits import ContextSelectionError
 from context_paging.paging.window_form import positions, rebuild
@@ -321,7 +321,7 @@ async def test_the_positions_reply_keeps_its_messages_in_the_text_copy(tmp_path,
     positions form's ``messages`` (what the server made, small) stay in it either way, so a
     client reading only the text can rebuild the window."""
     from context_paging.server.config import load_settings
-    from context_paging.server.mcp_server import create_server
+    from context_paging.server.mcp.tools import create_server
     from mcp import Client
 
     from tests.conftest import ledger_home

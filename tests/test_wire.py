@@ -1,4 +1,4 @@
-"""The proxy's body surgery (server/wire.py) against generated bodies: whatever the spacing,
+"""The proxy's body surgery (server/proxy/wire.py) against generated bodies: whatever the spacing,
 escapes and key order, splicing a window changes the conversation array and nothing else."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from context_paging.server import wire
+from context_paging.server.proxy import wire
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,6 +3,8 @@
 Every module exposes ``build(records, path) -> Conversation``: ``records`` are the dict values
 read by ``index.jsonl`` in file order, ``path`` the file they came from. A module never raises on
 odd input: what it cannot use becomes a warning (an ``index.jsonl.Issue``) in the result.
+
+May import: the index's reader and model (``index.jsonl``, ``index.model``) and ``paging``.
 """
 
 from __future__ import annotations

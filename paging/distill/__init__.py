@@ -1,7 +1,7 @@
 """Distillation: old tool outputs cut down to what still matters, old exchanges and images
 left out, every original one ``recall`` away (docs/distillation.md).
 
-Pure: no files, no clock, no MCP. The flow, for the server:
+Pure: no files, no clock, no MCP; it imports only ``paging``. The flow, for the server:
 
 1. ``config, warnings = DistillConfig.from_mapping(settings["distill"])`` once at start-up.
 2. Before each model request: ``plan = plan_pass(entries, config, decisions, provider=…)`` with

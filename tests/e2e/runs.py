@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from context_paging.server import clients
+from context_paging.server.setup import clients
 
 from tests.e2e import agents, task
 from tests.e2e.provider import ScriptedProvider

@@ -1,0 +1,133 @@
+"""``doctor``'s set-up checks: where each agent sends its model requests, whether the MCP server
+is registered with it, and whether the proxy answers. Each returns report lines; none changes
+anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from context_paging.server.endpoints import HEALTH_PATH
+from context_paging.server.setup import clients
+
+
+def proxy_health(port: int) -> tuple[bool, str]:
+    """Whether our proxy answers its health path on ``port`` (the standard library's client:
+    doctor starts without loading an HTTP stack)."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=3.0)
+    try:
+        connection.request("GET", HEALTH_PATH)
+        reply = connection.getresponse()
+        status = reply.status
+        body = json.loads(reply.read()) if status == 200 else {}
+    except (OSError, http.client.HTTPException, ValueError):
+        return False, (f"proxy on port {port}: not answering — start it with: "
+                       f"context-paging proxy --port {port}")
+    finally:
+        connection.close()
+    if isinstance(body, dict) and body.get("service") == "context-paging proxy":
+        return True, f"proxy on port {port}: up"
+    return False, (f"proxy on port {port}: something else answers there (HTTP "
+                   f"{status}); pick another --port")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _get(value: Any, *path: str) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def base_urls(home: Path, environ: dict[str, str]) -> list[tuple[str, str | None]]:
+    """(where, base URL or None) for every place an agent reads its model API's address."""
+    claude = _json(home / ".claude" / "settings.json")
+    codex = _toml(home / ".codex" / "config.toml")
+    provider = codex.get("model_provider")
+    codex_url = _get(codex, "model_providers", provider, "base_url") if isinstance(
+        provider, str) else None
+    pi = _json(home / ".pi" / "agent" / "models.json")
+    return [
+        ("ANTHROPIC_BASE_URL in this shell", environ.get("ANTHROPIC_BASE_URL")),
+        ("OPENAI_BASE_URL in this shell", environ.get("OPENAI_BASE_URL")),
+        ("Claude Code (~/.claude/settings.json)", _get(claude, "env", "ANTHROPIC_BASE_URL")),
+        (f"Codex (~/.codex/config.toml, provider {provider or 'openai'})",
+         codex_url or codex.get("openai_base_url")),
+        ("Pi anthropic (~/.pi/agent/models.json)", _get(pi, "providers", "anthropic", "baseUrl")),
+        ("Pi openai (~/.pi/agent/models.json)", _get(pi, "providers", "openai", "baseUrl")),
+    ]
+
+
+def _port(url: str) -> int | None:
+    try:
+        parts = urlsplit(url)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+
+
+def _local(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def base_url_lines(port: int, home: Path, environ: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The report's lines, and the places that point at the proxy on ``port``."""
+    lines, pointing = [], []
+    for where, url in base_urls(home, environ):
+        if not isinstance(url, str) or not url:
+            continue
+        if _local(url) and _port(url) == port:
+            pointing.append(where)
+            lines.append(f"  {where}: {url} — this proxy")
+        elif _local(url):
+            lines.append(f"  {where}: {url} — another port on this machine, not the proxy on "
+                         f"{port} (rerun install-proxy with --port {_port(url)} or {port})")
+        else:
+            lines.append(f"  {where}: {url} — not through the proxy")
+    return lines, pointing
+
+
+def registrations(home: Path, cwd: Path) -> list[str]:
+    """Where the MCP server is registered, and whether its command is still there."""
+    name = clients.DEFAULT_NAME
+    found = [
+        ("Claude Code, every project (~/.claude.json)",
+         _get(_json(home / ".claude.json"), "mcpServers", name)),
+        (f"Claude Code, this project ({cwd / '.mcp.json'})",
+         _get(_json(cwd / ".mcp.json"), "mcpServers", name)),
+        ("Codex (~/.codex/config.toml)", _get(_toml(home / ".codex" / "config.toml"),
+                                              "mcp_servers", name)),
+    ]
+    lines = []
+    for where, entry in found:
+        if not isinstance(entry, dict):
+            continue
+        command = entry.get("command")
+        args = entry.get("args") if isinstance(entry.get("args"), list) else []
+        tools = args[args.index("--tools") + 1] if "--tools" in args[:-1] else "all"
+        missing = isinstance(command, str) and os.path.isabs(command) and not os.path.exists(
+            command)
+        lines.append(f"  {where}: {tools} tools" + (f" — its command {command} is gone; rerun "
+                     "install-proxy" if missing else ""))
+    return lines or ["  none — run: context-paging install-proxy --client claude-code|codex "
+                     "(Pi has no MCP client: its recovery commands are the CLI's)"]
