@@ -263,23 +263,92 @@ def content_text(blocks: Iterable[Block]) -> str:
 
 
 def preview(item: HistoryItem) -> str:
-    """Collapsed public text of the request or the assistant message, first 160 characters."""
-    return _SPACES.sub(" ", content_text(item.message.content)).strip()[:PREVIEW_CHARS]
+    """Collapsed public text of the request or the assistant message, first 160 characters
+    (a tool call as its name and arguments: :func:`call_text`)."""
+    texts = (call_text(b) if isinstance(b, ToolCall) else block_text(b)
+             for b in item.message.content if not isinstance(b, HiddenBlock))
+    text = " ".join(t for t in texts if t)
+    return _SPACES.sub(" ", text).strip()[:PREVIEW_CHARS]
+
+
+# --- what search reads (docs/search.md, "What is decoded") ------------------------------------
+
+# A tool output that is one JSON object holding its text under one of these keys (Codex's exec
+# output ``{"chunk_id", …, "output"}``, a tool's ``{"stdout", "stderr"}``, an MCP-style
+# ``{"content": [{"type": "text", "text"}]}``) is searched and shown as that text, decoded.
+DECODED_KEYS = ("output", "stdout", "stderr", "content")
+
+
+def decoded_output(text: str) -> list[tuple[int, str]] | None:
+    """The texts a JSON-object tool output holds under :data:`DECODED_KEYS`, in that order,
+    each with the 1-based line of ``text`` it is written on; ``None`` when ``text`` is not such
+    an object (then it is searched as it is)."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}") and '"' in stripped):
+        return None
+    try:
+        value = json.loads(stripped, strict=False)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    found: list[tuple[int, str]] = []
+    held = False
+    for key in DECODED_KEYS:
+        inner = value.get(key)
+        if isinstance(inner, list):
+            strings = [p["text"] for p in inner
+                       if isinstance(p, dict) and isinstance(p.get("text"), str)]
+            inner = "\n".join(strings) if strings else None
+        if not isinstance(inner, str):
+            continue
+        held = True
+        if inner:
+            at = re.search(rf'"{key}"\s*:', text)
+            found.append((1 + text.count("\n", 0, at.start()) if at else 1, inner))
+    return found if held else None
+
+
+def result_text(result: Message) -> str:
+    """A tool output's text as search reads it: its text blocks, decoded when they are one
+    JSON object (:func:`decoded_output`); images as a marker."""
+    joined = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
+    pieces = decoded_output(joined)
+    if pieces is None:
+        return content_text(result.content)
+    images = ["[image]" for b in result.content if isinstance(b, ImageBlock)]
+    return "\n".join([text for _, text in pieces] + images)
+
+
+def call_text(call: ToolCall) -> str:
+    """A tool call as search reads and shows it: its name, then each argument as
+    ``key: value``, a string argument as written (its newlines are lines), others as JSON."""
+    arguments = call.arguments
+    if isinstance(arguments, str):
+        return f"{call.name} {arguments}"
+    if not isinstance(arguments, dict):
+        return f"{call.name} {json.dumps(arguments, ensure_ascii=False)}"
+    lines = [
+        f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for key, value in arguments.items()
+    ]
+    return "\n".join([call.name, *lines]) if len(lines) != 1 else f"{call.name} {lines[0]}"
 
 
 def search_text(item: HistoryItem) -> str:
     """The text an item is found by (docs/search.md, "Ranking"), public blocks only, images as a
     marker.
 
-    Model turns add each call's name and arguments, every result's text, and every file path with
-    its segments, so ``needle.ts`` finds a turn that read ``src/needle.ts``.
+    Model turns add each call's name and arguments (:func:`call_text`), every result's text
+    (:func:`result_text`), and every file path with its segments, so ``needle.ts`` finds a turn
+    that read ``src/needle.ts``.
     """
-    parts = [content_text(item.message.content)]
+    texts = (call_text(b) if isinstance(b, ToolCall) else block_text(b)
+             for b in item.message.content if not isinstance(b, HiddenBlock))
+    parts = [" ".join(t for t in texts if t)]
     if item.kind == "model_turn":
-        for call in item.message.tool_calls:
-            parts.append(call.name)
         for result in item.tool_results:
-            parts.append(content_text(result.content))
+            parts.append(result_text(result))
         for path in item.files:
             parts.append(path)
             parts.extend(segment for segment in re.split(r"[/\\]", path) if segment)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from context_paging.index.history import content_text, search_text
+from context_paging.index.history import result_text, search_text
 from context_paging.index.search.analysis import compound_terms, term_counts, tokens
 from context_paging.index.service import History
 
@@ -36,7 +36,7 @@ def candidates(items):
     for item in half:
         if item.kind != "model_turn" or item.is_recovery_turn:
             continue
-        output = "\n".join(content_text(r.content) for r in item.tool_results)
+        output = "\n".join(result_text(r) for r in item.tool_results)  # as search reads it
         # Unique as the index matches it: a compound of three or more parts also matches every
         # item holding all of its pairs (index.search.analysis), so those must be this item only
         #  too.
@@ -79,8 +79,9 @@ def test_a_distinctive_detail_from_an_early_tool_output_finds_its_turn_in_the_to
     ref = next(f.ref for f in _files(history) if f.path.name.endswith(path.name))
     items = history.navigator(ref).raw
     picks = candidates(items)
-    if not any(item.tool_results for item in items[: max(1, len(items) // 2)]):
-        assert picks == []  # a session without early tool output has nothing to find
+    if not any(len(word) >= 5 for item in items[: max(1, len(items) // 2)]
+               for result in item.tool_results for word in tokens(result_text(result))):
+        assert picks == []  # a session without early tool output words has nothing to find
         return
     assert picks, "an early tool output should yield at least one distinctive detail"
     misses = []

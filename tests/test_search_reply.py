@@ -163,8 +163,8 @@ def test_a_repeated_search_before_the_index_has_the_session_analyzes_nothing_aga
     history.store.file_state = lambda session: None  # the disk index never catches up here
     first = history.search("pager", "pi:s2bbbbbb", limit=3)
     calls = []
-    real = scan.tokens
-    monkeypatch.setattr(scan, "tokens", lambda text: calls.append(1) or real(text))
+    real = scan._tokens
+    monkeypatch.setattr(scan, "_tokens", lambda text: calls.append(1) or real(text))
     again = history.search("step", "pi:s2bbbbbb", limit=3)
     assert calls == [] and first.references and again.references
 

@@ -572,3 +572,22 @@ def test_a_deleted_index_directory_is_recreated_empty_also_while_open(tmp_path):
     shutil.rmtree(directory)
     with SearchIndex(directory) as ix:
         assert ix.indexed_sessions() == {}
+
+
+def test_an_index_an_earlier_version_wrote_is_deleted_and_built_again(tmp_path):
+    """The analyzer changed (escapes, decoded outputs): the index name changes with it, the old
+    files go and the sessions are indexed again with today's terms."""
+    directory = tmp_path / "ix"
+    directory.mkdir()
+    old = ["_cp1_3.toc", "cp1_0123456789abcdef.seg", "cp1_WRITELOCK"]
+    for name in old:
+        (directory / name).write_bytes(b"old")
+    (directory / "cp1.tmp").mkdir()
+    (directory / "notes.txt").write_text("not the index's")
+    doc = IndexDoc(session="pi:s", history_id="h1", sequence=0, kind="model_turn",
+                   timestamp="", text='{"output":"STEP-1\\nMARKER-0003"}')
+    with SearchIndex(directory) as ix:
+        ix.sync("pi:s", [doc], {})
+        assert [h.history_id for h in ix.search("marker-0003")] == ["h1"]
+    left = sorted(p.name for p in directory.iterdir())
+    assert not [n for n in left if n.startswith(("_cp1_", "cp1"))] and "notes.txt" in left

@@ -54,9 +54,30 @@ _ASCII_TOKEN = re.compile(r"[a-z0-9_]+(?:[./:-]+[a-z0-9_]+)*")
 _EDGES = "./:-"
 
 
+# Escapes written as text (JSON, a shell's ``$'…'``, code printing a string) separate words: the
+# letter of ``\n``, ``\t`` or ``\r`` before anything but a lower-case letter, and ``\uXXXX``,
+# are blanked before tokenizing, so ``\nMARKER-0003`` is ``marker-0003`` (not ``nmarker-0003``)
+# and ``a\t2`` is ``a``, ``2``. Before a lower-case letter the backslash alone separates, as any
+# backslash does: ``\newcommand``, ``\textbf`` and ``\right`` keep their names (a LaTeX
+# command, a Windows path). Read on the text as written, before lower-casing (``\nM`` is an
+# escape, ``\nm`` a name); the blanks keep every offset, so shown lines mark the right place.
+_ESCAPE = re.compile(r"\\(?:[ntr](?![a-z])|u[0-9A-Fa-f]{4})")
+
+
+def unescaped(text: str) -> str:
+    """``text`` with its written escapes blanked (same length): what the tokenizer reads."""
+    if "\\" not in text:
+        return text
+    return _ESCAPE.sub(lambda m: " " * len(m.group(0)), text)
+
+
 def tokens(text: str) -> list[str]:
     """The tokens of ``text`` in order, duplicates kept."""
-    lowered = text.lower()
+    return lowered_tokens(unescaped(text).lower())
+
+
+def lowered_tokens(lowered: str) -> list[str]:
+    """:func:`tokens` of a text already unescaped and lower-cased."""
     if lowered.isascii():
         return _ASCII_TOKEN.findall(lowered)
     return [t for t in (m.strip(_EDGES) for m in _TOKEN.findall(lowered)) if t]
@@ -402,6 +423,24 @@ def _shortest(length: int) -> int:
     return byte_to_length(code - 1) + 1 if code else 0
 
 
+# Scores are compared rounded to this many decimals, here and in index.search.scan. Two items
+# can score the same real number (BM25 of 3 hits in 13 tokens equals 2 hits in 8 when the
+# average length is 6), and the index and the in-memory search add the same terms in other
+# orders: unrounded, one ulp decided such a tie, and the two rankers broke it differently.
+SCORE_DIGITS = 9
+
+
+def ranked(score: float) -> float:
+    """A score as hits are ordered and reported by."""
+    return round(score, SCORE_DIGITS)
+
+
+def bm25_term(idf: float, tf: float, length: float, average: float, k1: float, b: float
+              ) -> float:
+    """One term's BM25 score, in Whoosh's order of operations (``whoosh.scoring.bm25``)."""
+    return idf * ((tf * (k1 + 1)) / (tf + k1 * ((1 - b) + b * length / average)))
+
+
 class RankCollector(TopCollector):
     """The best ``limit`` hits by score, ties by session then sequence
     (docs/search.md, "Ranking").
@@ -420,6 +459,7 @@ class RankCollector(TopCollector):
             self._sequences = reader.column_reader("sequence", translate=True)
 
     def _collect(self, global_docnum: int, score: float) -> float:
+        score = ranked(score)
         items = self.items
         self.total += 1
         if len(items) == self.limit and score < items[0][0]:
@@ -432,8 +472,8 @@ class RankCollector(TopCollector):
             heapq.heapreplace(items, entry)
         else:
             return 0
-        if len(items) == self.limit:
-            self.minscore = math.nextafter(items[0][0], -math.inf)
+        if len(items) == self.limit:  # anything that may round to the last place stays in play
+            self.minscore = items[0][0] - 10.0 ** -SCORE_DIGITS
         return 0 - score
 
     def results(self):

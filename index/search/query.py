@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from context_paging.index.history import HistoryItem, block_text, search_text
+from context_paging.index.history import HistoryItem, call_text, decoded_output, search_text
 from context_paging.index.model import HiddenBlock, TextBlock, ToolCall
-from context_paging.index.search.analysis import _ASCII_TOKEN, _EDGES, _TOKEN, tokens
+from context_paging.index.search.analysis import _ASCII_TOKEN, _EDGES, _TOKEN, tokens, unescaped
 
 _QUOTED = re.compile(r'"([^"]*)"?')
 LINE_CHARS = 200  # a shown line is clipped to this many characters around its match
@@ -78,7 +78,7 @@ def holds_run(text: str, words: Sequence[str]) -> bool:
     """Whether ``text`` holds the tokens ``words`` next to each other, in order."""
     if not words:
         return True
-    lowered = text.lower()
+    lowered = unescaped(text).lower()
     if lowered.isascii():  # a cheap necessary condition before tokenizing (most items fail it)
         between = "[^a-z0-9_]+".join(re.escape(w) for w in words)
         if not re.search(between, lowered):
@@ -105,30 +105,41 @@ class Part:
     content_index: int | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
+    # A decoded piece of a JSON output: the output's line it is written on, which every one of
+    # its lines reports (recall's offset into the output as recorded).
+    written_on: int | None = None
 
 
 def parts(item: HistoryItem) -> Iterator[Part]:
-    """The item's public pieces in order: its text blocks and tool calls, then each result
-    (whose lines are numbered as recall numbers them: its text blocks joined by newlines)."""
+    """The item's public pieces in order: its text blocks and tool calls (as search reads them:
+    ``index.history.call_text``), then each result (whose lines are numbered as recall numbers
+    them: its text blocks joined by newlines; a JSON output's decoded texts each report the line
+    they are written on)."""
     source = "user" if item.kind == "user" else "assistant"
     for index, block in enumerate(item.message.content):
         if isinstance(block, HiddenBlock):
             continue
         if isinstance(block, ToolCall):
-            yield Part(source, block_text(block), index, tool_call_id=block.id,
+            yield Part(source, call_text(block), index, tool_call_id=block.id,
                        tool_name=block.name)
         elif isinstance(block, TextBlock):
             yield Part(source, block.text, index)
     for result in item.tool_results:
         text = "\n".join(b.text for b in result.content if isinstance(b, TextBlock))
         name = result.tool_name or (c.name if (c := item.call(result.tool_call_id or "")) else None)
-        yield Part("tool_result", text, tool_call_id=result.tool_call_id, tool_name=name)
+        pieces = decoded_output(text)
+        if pieces is None:
+            yield Part("tool_result", text, tool_call_id=result.tool_call_id, tool_name=name)
+            continue
+        for line, piece in pieces:
+            yield Part("tool_result", piece, tool_call_id=result.tool_call_id, tool_name=name,
+                       written_on=line)
 
 
 def token_spans(line: str) -> list[tuple[str, int, int]]:
     """(token, start, end) of each token of one line, as :func:`index.search.analysis.tokens` finds
     them (offsets into ``line``; a lower-casing that changes the length shifts them a little)."""
-    lowered = line.lower()
+    lowered = unescaped(line).lower()
     if lowered.isascii():
         return [(m.group(0), m.start(), m.end()) for m in _ASCII_TOKEN.finditer(lowered)]
     spans = []
@@ -243,7 +254,7 @@ def _shown(part: Part, number: int, line: str, spans: list[tuple[int, int]]) -> 
         "tool_name": part.tool_name,
         "tool_call_id": part.tool_call_id,
         "content_index": part.content_index,
-        "line": number,
+        "line": number if part.written_on is None else part.written_on,
         "text": ("…" if start else "") + clipped + ("…" if end < len(line) else ""),
         "spans": [[a + bool(start), b + bool(start)] for a, b in kept],
     }

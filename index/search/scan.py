@@ -22,9 +22,12 @@ from collections.abc import Iterable, Sequence
 from context_paging.index.search.analysis import (
     WHOLE_BOOST,
     QueryToken,
+    bm25_term,
     compound_terms,
+    lowered_tokens,
     query_tokens,
-    tokens,
+    ranked,
+    unescaped,
 )
 from context_paging.index.search.store import Hit, IndexDoc
 
@@ -130,7 +133,7 @@ class MemoryIndex:
 
     def _score(self, number: int, wanted: list[QueryToken], idf: dict[str, float]
                ) -> float | None:
-        norm = K1 * (1 - B + B * self.lengths[number] / (self.average or 1.0))
+        length, average = self.lengths[number], self.average or 1.0
         score, matched = 0.0, False
         for token in wanted:
             whole = self.postings(token.whole).get(number, 0)
@@ -140,11 +143,11 @@ class MemoryIndex:
             matched = True
             if whole:
                 boost = WHOLE_BOOST if token.pairs else 1.0
-                score += boost * idf[token.whole] * whole * (K1 + 1) / (whole + norm)
+                score += bm25_term(idf[token.whole], whole, length, average, K1, B) * boost
             for term in token.pairs if pairs_all else ():
                 n = self.postings(term)[number]
-                score += idf[term] * n * (K1 + 1) / (n + norm)
-        return score if matched else None
+                score += bm25_term(idf[term], n, length, average, K1, B)
+        return ranked(score) if matched else None
 
 
 # ASCII text is tokenized by translating every character that cannot be in a token to a space
@@ -159,15 +162,15 @@ def _tokens(text: str) -> list[str]:
     """The tokens of ``text`` (``index.search.analysis.tokens``), not in their order: the ASCII
     lines first, by translation, then the others by the tokenizer. No token spans a line, and the
     index keeps counts, not order, so the memory index needs no more."""
-    lowered = text.lower()
+    lowered = unescaped(text).lower()
     if lowered.isascii():
         return _ascii_tokens(lowered)
     lines = lowered.split("\n")
     plain = [line for line in lines if line.isascii()]
     if not plain:
-        return tokens(lowered)
+        return lowered_tokens(lowered)
     other = "\n".join(line for line in lines if not line.isascii())
-    return _ascii_tokens("\n".join(plain)) + tokens(other)
+    return _ascii_tokens("\n".join(plain)) + lowered_tokens(other)
 
 
 def _ascii_tokens(lowered: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The persistent search index: the history items of every session in one Whoosh index.
 
-Documents (one Whoosh index named ``cp1`` in the directory the caller gives):
+Documents (one Whoosh index named ``INDEX_NAME`` in the directory the caller gives):
 
 * one per history item, keyed ``i\\0<session>\\0<history_id>``. Stored: session, history id and
   sequence, what a :class:`Hit` needs (the text is indexed, not stored: the session files hold
@@ -92,7 +92,13 @@ log = logging.getLogger("context_paging")
 # state under it (a seeded host would see another sequence): Whoosh gets a generator of its own.
 whoosh.util.random = random.Random()
 
-INDEX_NAME = "cp1"  # Whoosh's index name: change it with the schema
+# Whoosh's index name: change it with the schema or the analyzer (what the terms are), and add
+# the old name to OLDER_NAMES, whose files are deleted when the new index is created: every
+# session is then indexed again. cp2: escapes separate words, JSON outputs and tool calls are
+# searched decoded (index.search.analysis, index.history.search_text).
+INDEX_NAME = "cp2"
+OLDER_NAMES = ("cp1",)
+_OLDER_FILE = re.compile(rf"^_?(?:{'|'.join(OLDER_NAMES)})[_.]")
 LOCK_POLL = 0.05  # seconds between attempts on the writer lock
 COMPOUND = True  # one file per segment: fewer open files (compound=False measured no faster)
 # sync_many commits after this many written items, or after this many seconds of holding the
@@ -599,6 +605,7 @@ class SearchIndex:
         if TOC._latest_generation(storage, INDEX_NAME) < 0:
             with self._locked(storage):  # two processes may start on one empty directory
                 if TOC._latest_generation(storage, INDEX_NAME) < 0:
+                    _drop_older(storage)
                     return FileIndex.create(storage, SCHEMA, INDEX_NAME)
         try:
             ix = _checked(storage)
@@ -711,6 +718,17 @@ def _tidy(ix: FileIndex) -> None:
         shutil.rmtree(Path(ix.storage.folder) / f"{INDEX_NAME}.tmp", ignore_errors=True)
     finally:
         lock.release()
+
+
+def _drop_older(storage: FileStorage) -> None:
+    """Delete the files of an index an earlier version wrote under an older name."""
+    for name in storage.list():
+        if _OLDER_FILE.match(name):
+            path = Path(storage.folder) / name
+            try:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            except OSError:
+                pass
 
 
 def _remove_toc_temps(storage: FileStorage) -> None:

@@ -24,7 +24,8 @@ Decisions where the spec leaves a choice:
   ``HiddenBlock("thinking")``, one per run; the pre-pass keeps only ``hash()`` values of its text.
 * Results pair by ``call_id`` and follow their call's message even when the file interleaves
   them; an output for an unknown call is skipped with a warning. A 0.40 output
-  ``{"output", "metadata": {"exit_code"}}`` yields the inner text; a non-zero exit code (also
+  ``{"output", "metadata": {"exit_code"}}`` and the exec tool's ``{"chunk_id", …, "exit_code",
+  "output"}`` yield the inner text, decoded; a non-zero exit code (also
   newer exec output's "Process exited with code N" header) sets ``is_error``, as a failed shell
   command does in the other formats. ``web_search_call`` and ``image_generation_call`` have no
   output item: each gets a synthesized result (the image, or a text saying that Codex
@@ -367,17 +368,18 @@ def _output_blocks(output: Any) -> tuple[tuple[Block, ...], bool]:
 
 
 def _unwrap_exec(output: str) -> tuple[str, int | None]:
-    """The text and exit code of a shell output: 0.40 wraps it as ``{"output", "metadata"}``;
-    newer exec output starts with a header ("Process exited with code N" … "Output:")."""
-    if output.startswith('{"output"'):
+    """The text and exit code of a shell output: 0.40 wraps it as ``{"output", "metadata"}``,
+    the exec tool of newer default models as ``{"chunk_id", …, "exit_code", "output"}``; other
+    exec output starts with a header ("Process exited with code N" … "Output:")."""
+    if output.startswith('{"output"') or output.startswith('{"chunk_id"'):
         try:
-            value = json.loads(output)
+            value = json.loads(output, strict=False)
         except ValueError:
             value = None
         if isinstance(value, dict) and isinstance(value.get("output"), str):
             meta = value.get("metadata")
-            code = meta.get("exit_code") if isinstance(meta, dict) else None
-            return value["output"], code if isinstance(code, int) else None
+            code = meta.get("exit_code") if isinstance(meta, dict) else value.get("exit_code")
+            return value["output"], code if type(code) is int else None
     header, marker, _ = output[:600].partition("\nOutput:")
     match = _EXIT_CODE.search(header) if marker else None
     return output, int(match.group(1)) if match else None

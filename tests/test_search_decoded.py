@@ -1,0 +1,212 @@
+"""Search reads what the agents wrote: JSON tool outputs decoded, escapes apart from words,
+phrases with backslashes, diff marks and literal escapes matched as typed, the decoded line shown.
+
+The sessions are written here (Codex and Pi formats); the last test reads the recorded Codex
+sessions when they are present.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from context_paging.index.discovery import iter_session_files
+from context_paging.index.history import decoded_output, search_text
+from context_paging.index.search.analysis import tokens
+from context_paging.index.search.query import holds_run
+from context_paging.index.service import History
+
+from tests.conftest import FIXTURES, RECORDED, recorded
+from tests.test_search_compound import pi_line
+
+CODEX_ID = "01997ea4-a70d-7da3-8c20-c736db82a7c5"
+STEPS = "STEP-1\nMARKER-0001 gathered\nMARKER-0002 planned\nMARKER-0003 shipped the pager\n"
+LATEX = "\\subsection{Gather requirements}\n\\label{sec:req}\n"
+CODE = "rows = 'a\\nb'.split('\\n')\nprint('done\\tnext')\n"
+PATCH = ("*** Begin Patch\n*** Update File: plan.md\n@@\n-1. Gather requirements later\n"
+         "+1. Gather requirements first\n*** End Patch\n")
+
+
+def exec_output(text: str, code: int = 0) -> str:
+    """The exec tool's output as Codex's default model records it: JSON in text."""
+    return json.dumps({"chunk_id": "5f1c2a", "wall_time": 0.2, "exit_code": code,
+                       "original_token_count": 40, "output": text})
+
+
+def codex_line(kind: str, payload: dict, n: int) -> str:
+    return json.dumps({"timestamp": f"2026-01-01T00:00:{n:02d}.000Z", "type": kind,
+                       "payload": payload})
+
+
+def write_codex_session(root: Path, calls: list[tuple[str, dict, str]]) -> None:
+    """A Codex rollout: one request, then one exec call per (name, arguments, output)."""
+    lines = [codex_line("session_meta", {"id": CODEX_ID, "cwd": "/work/app",
+                                         "timestamp": "2026-01-01T00:00:00.000Z"}, 0),
+             codex_line("response_item", {"type": "message", "role": "user", "content": [
+                 {"type": "input_text", "text": "run the steps"}]}, 1)]
+    for n, (name, arguments, output) in enumerate(calls, start=1):
+        lines.append(codex_line("response_item", {
+            "type": "function_call", "name": name, "call_id": f"call_{n}",
+            "arguments": json.dumps(arguments)}, 2 * n))
+        lines.append(codex_line("response_item", {
+            "type": "function_call_output", "call_id": f"call_{n}", "output": output}, 2 * n + 1))
+    folder = root / "2026" / "01" / "01"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rollout-2026-01-01T00-00-00-{CODEX_ID}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def write_pi_session(root: Path, calls: list[tuple[str, dict, str]]) -> None:
+    lines = [json.dumps({"type": "session", "version": 3, "id": "s9pipipi",
+                         "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/work/app"}),
+             pi_line("u0", None, {"role": "user", "content": "go", "timestamp": 1}, 0)]
+    parent = "u0"
+    for n, (tool, arguments, output) in enumerate(calls, start=1):
+        lines.append(pi_line(f"a{n}", parent, {
+            "role": "assistant", "model": "m", "stopReason": "toolUse",
+            "content": [{"type": "toolCall", "id": f"call_pi_{n}", "name": tool,
+                         "arguments": arguments}],
+            "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0}}, 2 * n))
+        lines.append(pi_line(f"r{n}", f"a{n}", {
+            "role": "toolResult", "toolCallId": f"call_pi_{n}", "toolName": tool,
+            "isError": False, "content": [{"type": "text", "text": output}], "timestamp": 2},
+            2 * n + 1))
+        parent = f"r{n}"
+    folder = root / "--work-app--"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "2026-01-01T00-00-00-000Z_s9pipipi.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def history(tmp_path):
+    roots = {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    write_codex_session(roots["codex"], [
+        ("exec_command", {"cmd": "./steps.sh"}, exec_output(STEPS)),
+        ("exec_command", {"cmd": "cat notes.tex"}, exec_output(LATEX)),
+        ("exec_command", {"cmd": "cat split.py"}, exec_output(CODE, code=1)),
+        ("apply_patch", {"input": PATCH}, exec_output("Done!")),
+        ("exec_command", {"cmd": "echo unrelated"}, exec_output("unrelated words here")),
+    ])
+    write_pi_session(roots["pi"], [
+        ("mcp_run", {"script": "build"},
+         json.dumps({"stdout": "compiled 3 files\nwarning: unused pager", "stderr": "",
+                     "code": 0})),
+        ("bash", {"command": "ls"}, "README.md\nsrc"),
+    ])
+    history = History(roots, tmp_path / "home")
+    yield history
+    history.close()
+
+
+CODEX = f"codex:{CODEX_ID}"
+
+
+def test_escapes_are_never_glued_to_the_word_after_them():
+    raw = '{"output":"STEP-1\\nMARKER-0003 shipped\\tDONE\\r\\nEND \\"quoted\\" C:\\\\Temp"}'
+    assert tokens(raw) == ["output", "step-1", "marker-0003", "shipped", "done", "end",
+                           "quoted", "c", "temp"]
+    assert tokens("a\\u00e9b \\n2") == ["a", "b", "2"]
+    # before a lower-case letter the backslash alone separates: LaTeX and paths keep names
+    assert tokens("\\newcommand \\textbf{x} \\right") == ["newcommand", "textbf", "x", "right"]
+
+
+@pytest.mark.parametrize("scope", ["session", "all"])  # the in-memory index, then the disk's
+def test_a_word_after_an_escape_in_codex_exec_output_is_found_and_shown_decoded(history, scope):
+    reply = history.search("MARKER-0003", CODEX, scope)
+    assert [r["history_id"] for r in reply.references] == \
+        [history.navigator(CODEX).raw[1].history_id]
+    (match,) = reply.references[0]["matches"]
+    assert (match["source"], match["tool_call_id"]) == ("tool_result", "call_1")
+    assert match["text"] == "MARKER-0003 shipped the pager"
+    assert match["text"][slice(*match["spans"][0])] == "MARKER-0003"
+    recalled = history.recall(CODEX, tool_call_id="call_1", offset=match["line"], limit=1)
+    assert recalled.text.startswith("MARKER-0003 shipped the pager\n")
+
+
+def test_codex_exec_output_is_its_decoded_text_and_its_exit_code_fails_the_turn(history):
+    items = history.navigator(CODEX).raw
+    assert items[1].tool_results[0].content[0].text == STEPS
+    assert [item.failed for item in items[1:]] == [False, False, True, False, False]
+    assert [r["history_id"] for r in history.search("cat", CODEX, failed=True).references] == \
+        [items[3].history_id]
+
+
+@pytest.mark.parametrize("phrase, line", [
+    ('"\\subsection{Gather requirements}"', "\\subsection{Gather requirements}"),
+    ("\"rows = 'a\\nb'.split('\\n')\"", "rows = 'a\\nb'.split('\\n')"),
+    ('"-1. Gather requirements later"', "-1. Gather requirements later"),
+    ('"+1. Gather requirements first"', "+1. Gather requirements first"),
+])
+def test_phrases_with_backslashes_diff_marks_and_literal_escapes_match_as_typed(
+        history, phrase, line):
+    reply = history.search(phrase, CODEX, "all", limit=3)
+    assert len(reply.references) == 1, reply.note
+    shown = reply.references[0]["matches"][0]
+    assert shown["text"] == line
+    assert len(shown["spans"]) == 1  # the phrase, marked as one run
+
+
+def test_a_tool_call_is_searched_and_shown_as_its_arguments_not_as_json(history):
+    reply = history.search('"Gather requirements first"', CODEX)
+    (match,) = reply.references[0]["matches"]
+    assert (match["source"], match["tool_name"]) == ("assistant", "apply_patch")
+    assert match["text"] == "+1. Gather requirements first"
+    preview = reply.references[0]["preview"]
+    assert preview.startswith("apply_patch input: *** Begin Patch") and '{"type"' not in preview
+
+
+def test_any_tool_output_that_is_a_json_object_with_stdout_is_searched_decoded(history):
+    reply = history.search("unused", "pi:s9pipipi")
+    (match,) = reply.references[0]["matches"]
+    assert match["text"] == "warning: unused pager"
+    assert match["line"] == 1  # the output's one written line: recall's offset
+    recalled = history.recall("pi:s9pipipi", tool_call_id="call_pi_1", offset=1, limit=1)
+    assert "unused pager" in recalled.text  # recall returns the output as recorded
+
+
+def test_what_is_decoded_and_what_is_not():
+    assert decoded_output('{"stdout": "a\\nb", "stderr": "c"}') == [(1, "a\nb"), (1, "c")]
+    assert decoded_output('{\n  "code": 0,\n  "output": "x"\n}') == [(3, "x")]
+    assert decoded_output('{"content": [{"type": "text", "text": "t"}]}') == [(1, "t")]
+    assert decoded_output('{"output": ""}') == []
+    for text in ('{"exit": 0}', "[1, 2]", "{not json}", "plain text", '{"output": 3}'):
+        assert decoded_output(text) is None
+
+
+@recorded
+def test_recorded_codex_exec_outputs_are_searched_as_their_decoded_lines(tmp_path):
+    """Every recorded Codex session: a line of a JSON-wrapped exec output is found as typed and
+    shown decoded (no line shown holds an escaped newline)."""
+    import shutil
+
+    root = tmp_path / "codex" / "2026" / "01" / "01"
+    root.mkdir(parents=True)
+    for n, name in enumerate(RECORDED["codex"]):
+        shutil.copy(FIXTURES / "codex" / name,
+                    root / f"rollout-2026-01-01T00-00-{n:02d}-{CODEX_ID[:-2]}{n:02d}.jsonl")
+    roots = {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    history = History(roots, tmp_path / "home")
+    try:
+        checked = 0
+        for ref in sorted({found.ref for found in iter_session_files(roots)}):
+            items = history.navigator(ref).visible
+            texts = [search_text(item).lower() for item in items]
+            for item in items:
+                for result in item.tool_results:
+                    text = "\n".join(b.text for b in result.content if hasattr(b, "text"))
+                    lines = [ln.strip() for ln in text.splitlines()
+                             if 25 <= len(ln.strip()) <= 100 and '"' not in ln
+                             and "\\" not in ln and len(ln.split()) >= 3
+                             and sum(ln.strip().lower() in t for t in texts) == 1]
+                    if not lines:
+                        continue
+                    line = lines[len(lines) // 2]
+                    reply = history.search(f'"{line}"', ref, limit=3)
+                    mine = [r for r in reply.references if r["history_id"] == item.history_id]
+                    assert mine, (ref, line)
+                    shown = mine[0]["matches"][0]["text"]
+                    assert holds_run(shown, tokens(line)) and "\\n" not in shown, (line, shown)
+                    checked += 1
+        assert checked >= 20
+    finally:
+        history.close()
