@@ -95,6 +95,13 @@ class HistoryItem:
         return None
 
 
+def is_summary(item: HistoryItem) -> bool:
+    """A compaction summary: what the agent wrote to stand for the history it compacted. It is
+    a user item (the model read it as the user's message), searched and browsed like any,
+    and marked ``compaction_summary`` (docs/sessions.md, "Compaction summaries")."""
+    return item.kind == "user" and item.message.origin == "compaction_summary"
+
+
 @dataclass(frozen=True, slots=True)
 class Projection:
     items: tuple[HistoryItem, ...]
@@ -236,6 +243,8 @@ def public_item(item: HistoryItem, sequence: int | None = None) -> dict[str, Any
         "timestamp": item.timestamp,
         "content": [public_block(b) for b in item.message.content],
     }
+    if is_summary(item):
+        value["compaction_summary"] = True
     if item.kind == "model_turn":
         value["tool_results"] = [public_result(r) for r in item.tool_results]
         value["tools"] = list(item.tools)
@@ -322,17 +331,25 @@ def result_text(result: Message) -> str:
 
 def call_text(call: ToolCall) -> str:
     """A tool call as search reads and shows it: its name, then each argument as
-    ``key: value``, a string argument as written (its newlines are lines), others as JSON."""
+    ``key: value`` (:func:`_argument_text`: a string as written, its newlines are lines); one
+    argument stays on the name's line."""
     arguments = call.arguments
     if isinstance(arguments, str):
         return f"{call.name} {arguments}"
     if not isinstance(arguments, dict):
         return f"{call.name} {json.dumps(arguments, ensure_ascii=False)}"
-    lines = [
-        f"{key}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-        for key, value in arguments.items()
-    ]
+    lines = [f"{key}: {_argument_text(value)}" for key, value in arguments.items()]
     return "\n".join([call.name, *lines]) if len(lines) != 1 else f"{call.name} {lines[0]}"
+
+
+def _argument_text(value: Any) -> str:
+    """An argument as written: a string itself, a list of strings (a command's words) joined by
+    spaces, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return " ".join(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def search_text(item: HistoryItem) -> str:

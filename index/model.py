@@ -106,7 +106,8 @@ class Message:
     content: tuple[Block, ...]
     line: int = 0
     # user
-    origin: str = "typed"  # typed | bash | steering | slash_command | notification
+    origin: str = "typed"  # typed | bash | steering | slash_command | notification |
+    # compaction_summary (the summary an agent wrote when it compacted: not a request)
     # assistant
     stop_reason: str | None = None  # stop | tool_use | length | aborted | error | None
     model: str | None = None

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from context_paging.index.history import (
     HistoryItem,
     is_recovery_tool,
+    is_summary,
     preview,
     public_block,
     public_item,
@@ -58,7 +59,7 @@ class Navigator:
 
     def reference(self, index: int) -> dict[str, Any]:
         item = self.visible[index]
-        return {
+        value = {
             "history_id": item.history_id,
             "session": self.session,
             "sequence": index,
@@ -73,6 +74,9 @@ class Navigator:
                 self.visible[index + 1].history_id if index + 1 < len(self.visible) else None
             ),
         }
+        if is_summary(item):
+            value["compaction_summary"] = True
+        return value
 
     def reference_for(self, history_id: str) -> dict[str, Any] | None:
         index = self.position.get(history_id)

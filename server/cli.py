@@ -178,7 +178,7 @@ def _print_search(args: argparse.Namespace, reply, progress) -> None:
         progress.emit(reply.note or f"No match for {args.query!r}.")
         return
     progress.emit(reply.searched.describe() + ".")
-    progress.emit(render_references(reply.references))
+    progress.emit(render_references(reply.references, commands=True))
     if reply.note:
         progress.emit(reply.note)
     if reply.next_offset is not None:

@@ -210,3 +210,127 @@ def test_recorded_codex_exec_outputs_are_searched_as_their_decoded_lines(tmp_pat
         assert checked >= 20
     finally:
         history.close()
+
+
+# --- a search emptied by its filters says which ----------------------------------------------
+
+
+def test_a_search_emptied_by_a_filter_names_that_filter_not_the_spelling(history):
+    reply = history.search("MARKER-0003", CODEX, failed=True)
+    assert reply.references == []
+    assert "'MARKER-0003' matches items, but none that passes the filters (failed)" in reply.note
+    assert "without failed: that filter emptied it" in reply.note
+    assert "another spelling" not in reply.note
+    both = history.search("pager", "pi:s9pipipi", tools=["bash"], failed=False)
+    assert both.references == [] and "without tool 'bash'" in both.note
+    assert "without not failed" not in both.note  # the successful turn is there without it
+
+
+def test_a_word_that_is_nowhere_still_gets_the_spelling_advice_with_filters(history):
+    reply = history.search("zebra", CODEX, failed=True)
+    assert "another spelling" in reply.note and "filters" not in reply.note
+
+
+# --- compaction summaries are searched and browsed, marked as summaries ----------------------
+
+CLAUDE_ID = "7e57c0de-1111-2222-3333-444455556666"
+SUMMARY = ("This session is being continued from a previous conversation that ran out of "
+           "context. Summary: the pager keeps RUNBOOK-77 in its notes.")
+
+
+def write_claude_session(root: Path) -> None:
+    """A Claude Code transcript: a prompt and answer, a compaction, its summary, then more."""
+    base = {"isSidechain": False, "userType": "external", "cwd": "/work/c",
+            "sessionId": CLAUDE_ID, "version": "2.1.37"}
+    lines: list[dict] = []
+
+    def add(kind: str, uuid: str, **fields) -> None:
+        parent = lines[-1]["uuid"] if lines else None
+        lines.append({**base, "type": kind, "uuid": uuid, "parentUuid": parent,
+                      "timestamp": f"2026-03-01T00:00:{len(lines):02d}Z", **fields})
+
+    def answer(uuid: str, text: str) -> None:
+        add("assistant", uuid, message={"id": f"msg_{uuid}", "type": "message",
+                                        "role": "assistant", "model": "claude-opus-4-6",
+                                        "content": [{"type": "text", "text": text}],
+                                        "stop_reason": "end_turn"})
+
+    add("user", "u1", message={"role": "user", "content": "write the runbook"})
+    answer("a1", "Written.")
+    add("system", "cb", subtype="compact_boundary", content="Conversation compacted",
+        logicalParentUuid="a1", compactMetadata={"trigger": "auto", "preTokens": 150000})
+    lines[-1]["parentUuid"] = None
+    add("user", "cs", isCompactSummary=True, isVisibleInTranscriptOnly=True,
+        message={"role": "user", "content": SUMMARY})
+    add("user", "u2", message={"role": "user", "content": "and now the pager"})
+    answer("a2", "Done.")
+    folder = root / "-work-c"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{CLAUDE_ID}.jsonl").write_text("".join(json.dumps(v) + "\n" for v in lines))
+
+
+def test_a_compaction_summary_is_searched_browsed_and_loaded_marked_as_one(tmp_path):
+    roots = {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    write_claude_session(roots["claude"])
+    history = History(roots, tmp_path / "home")
+    ref = f"claude:{CLAUDE_ID}"
+    try:
+        for scope in ("session", "all"):
+            (hit,) = history.search("RUNBOOK-77", ref, scope).references
+            assert (hit["history_id"], hit["kind"], hit.get("compaction_summary")) == \
+                ("cs", "user", True)
+            assert hit["matches"][0]["text"].endswith("RUNBOOK-77 in its notes.")
+        kinds = [(r["history_id"], r.get("compaction_summary", False))
+                 for r in history.browse(ref, direction="forward", count=10)[0]]
+        assert kinds == [("u1", False), ("a1", False), ("cs", True), ("u2", False),
+                         ("a2", False)]
+        (item,) = history.load(ref, ["cs"])
+        assert item["compaction_summary"] is True and item["content"][0]["text"] == SUMMARY
+        assert "compaction_summary" not in history.load(ref, ["u2"])[0]
+    finally:
+        history.close()
+
+
+# --- the CLI: decoded lines, the commands that open a hit, the filter note -------------------
+
+
+def test_cli_search_shows_the_decoded_line_and_the_commands_that_open_each_hit(tmp_path,
+                                                                              capsys):
+    from context_paging.server.cli import main
+
+    roots = {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    write_codex_session(roots["codex"], [
+        ("exec_command", {"cmd": "./steps.sh"}, exec_output(STEPS)),
+        ("exec_command", {"cmd": "echo theme"}, exec_output("theme ok")),
+    ])
+    write_claude_session(roots["claude"])
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[sources]\npi = "{roots["pi"]}"\nclaude_code = "{roots["claude"]}"\n'
+        f'codex = "{roots["codex"]}"\n')
+    assert main(["--home", str(home), "search", "MARKER-0003", "--session", CODEX]) == 0
+    out = capsys.readouterr().out
+    hid = out.split("\n")[1].split()[1]
+    assert "    > exec_command output call_1 line 4: «MARKER-0003» shipped the pager" in out
+    assert f"    open: context-paging show {hid} --session {CODEX}\n" in out
+    assert f"    line: context-paging recall call_1 --offset 4 --session {CODEX}\n" in out
+    assert "    exec_command cmd: ./steps.sh" in out and '{"type"' not in out  # the preview
+    assert main(["--home", str(home), "search", "RUNBOOK-77", "--scope", "all"]) == 0
+    assert "cs  #2 user (compaction summary)" in capsys.readouterr().out
+    assert main(["--home", str(home), "search", "theme", "--session", CODEX,
+                 "--tool", "exec_command", "--failed"]) == 1
+    out = capsys.readouterr().out
+    assert "'theme' matches items, but none that passes the filters (tool 'exec_command', " \
+        "failed). It has hits without failed" in out and "spelling" not in out
+
+
+def test_a_shell_command_given_as_a_list_is_searched_as_its_words():
+    from context_paging.index.history import call_text
+    from context_paging.index.model import ToolCall
+
+    heredoc = ToolCall("c1", "shell", {"command": ["bash", "-lc", "cat <<EOF\nnotes here\nEOF"],
+                                       "timeout_ms": 1000})
+    assert call_text(heredoc) == "shell\ncommand: bash -lc cat <<EOF\nnotes here\nEOF\n" \
+        "timeout_ms: 1000"
+    assert "notes" in tokens(call_text(heredoc))

@@ -81,12 +81,12 @@ def test_every_claude_fixture_is_detected_and_loads(name):
 # <local-command-stdout> or [Request interrupted…].
 COUNTS = {
     AUTO: {
-        "user": 3,  # /exit slash command (line 4) + 2 typed prompts (lines 8, 26)
+        "user": 4,  # /exit (line 4) + 2 typed prompts (lines 8, 26) + the compaction summary
         "model_turn": 13,  # 13 message ids, the first the <synthetic> "No response requested."
         "tool_result": 10,  # 10 tool_result blocks
     },
     MICRO: {
-        "user": 9,  # 9 typed string prompts; line 156 is the compaction summary
+        "user": 10,  # 9 typed string prompts and the compaction summary (line 156)
         "model_turn": 49,  # 49 message ids over 127 fragment lines
         "tool_result": 60,  # 60 tool_result blocks, 20 of them on sibling shapes
     },
@@ -121,7 +121,7 @@ COUNTS = {
         "tool_result": 2,  # 2 tool_result blocks
     },
     REWIND: {
-        "user": 4,  # 5 typed prompts minus b1u on the abandoned branch
+        "user": 5,  # 5 typed prompts minus b1u on the abandoned branch, plus the summary cs
         "model_turn": 4,  # 5 responses minus b1a on the abandoned branch
         "tool_result": 0,  # no tools
     },
@@ -251,12 +251,13 @@ def test_all_sixty_tool_results_survive_where_a_bare_leaf_walk_keeps_forty():
 
 
 @recorded
-def test_auto_compaction_is_counted_and_its_summary_is_not_a_prompt():
+def test_auto_compaction_is_counted_and_its_summary_is_a_message_marked_as_one():
     conversation = load(AUTO)
     assert conversation.compactions == 1
     assert conversation.stats["compact_summary"] == 1
-    texts = [b.text for m in conversation.messages if m.role == "user" for b in m.content]
-    assert not any(t.startswith("This session is being continued") for t in texts)
+    summaries = [m for m in conversation.messages if m.role == "user"
+                 and m.content[0].text.startswith("This session is being continued")]
+    assert [m.origin for m in summaries] == ["compaction_summary"]
     # The response right after the boundary is on the path (crossed via logicalParentUuid).
     assert any(m.id.startswith("869e9170") for m in conversation.messages)
 
@@ -271,10 +272,11 @@ def test_microcompaction_is_a_stat_and_the_full_compaction_counts_once():
 
 @recorded
 def test_rewind_fork_follows_the_later_branch_across_the_preserved_segment():
-    # The active path: u1 a1 b2u b2a b2u2 | cb cs b2a2 p1u p1a; cb and cs are not messages.
+    # The active path: u1 a1 b2u b2a b2u2 | cb cs b2a2 p1u p1a; cb is not a message, the
+    # summary cs is one (marked as a summary).
     conversation = load(REWIND)
     assert [m.id for m in conversation.messages] == [
-        "u1", "a1", "b2u", "b2a", "b2u2", "b2a2", "p1u", "p1a"
+        "u1", "a1", "b2u", "b2a", "b2u2", "cs", "b2a2", "p1u", "p1a"
     ]
     assert conversation.stats["forks"] == 1
     assert conversation.compactions == 1
@@ -324,7 +326,8 @@ def test_pasted_image_becomes_an_image_block_of_the_prompt():
 @recorded
 def test_caveat_and_local_command_lines_are_not_prompts():
     users = [m for m in load(AUTO).messages if m.role == "user"]
-    assert [m.origin for m in users] == ["slash_command", "typed", "typed"]
+    assert [m.origin for m in users] == ["slash_command", "typed", "typed",
+                                          "compaction_summary"]
     assert users[0].content[0].text.startswith("<command-name>/exit</command-name>")
     stats = load(AUTO).stats
     assert (stats["caveat"], stats["local_command_output"]) == (1, 1)

@@ -128,8 +128,8 @@ COUNTS = {
     # 1 user_message; 35 runs (34 tool requests + the final answer = 35 token_counts); 34 outputs.
     SINGLE: (1, 35, {"user": 1, "assistant": 35, "tool_result": 34}),
     # 2 user_message events with no user item; 1 run (L7-L10) plus the echo-only agent_message of
-    # the aborted turn 2 (L24); 1 output.
-    SYNTHETIC: (2, 2, {"user": 2, "assistant": 2, "tool_result": 1}),
+    # the aborted turn 2 (L24); 1 output; the compacted line's summary (L16) is a user item too.
+    SYNTHETIC: (3, 2, {"user": 3, "assistant": 2, "tool_result": 1}),
 }
 
 
@@ -518,10 +518,13 @@ def test_unknown_future_payload_is_counted_without_a_warning():
 
 
 @recorded
-def test_compacted_line_is_counted_and_earlier_messages_stay_on_the_path():
+def test_compacted_line_is_counted_its_summary_is_marked_and_earlier_messages_stay():
     conv = load(SYNTHETIC)
     assert (conv.compactions, conv.stats["compactions"]) == (1, 1)
-    assert [m.id for m in conv.messages] == ["L5", "L7", "L11", "L23", "L24"]
+    assert [m.id for m in conv.messages] == ["L5", "L7", "L11", "L16", "L23", "L24"]
+    summary = conv.messages[3]
+    assert (summary.origin, summary.content) == ("compaction_summary",
+                                                 (TextBlock("Earlier work was summarized."),))
 
 
 def test_rollback_drops_the_last_turns_from_the_active_path(tmp_path):

@@ -72,6 +72,20 @@ def searched_note(searched: Searched, parsed: ParsedQuery, found: bool, offset: 
     return f"{searched.describe()}; none matches {parsed.text!r}. Try " + " or ".join(steps) + "."
 
 
+def filtered_note(searched: Searched, parsed: ParsedQuery, filters: Sequence[str],
+                  emptying: Sequence[str]) -> str:
+    """The note of a search whose query matches but whose filters leave nothing: which
+    filters were given, and which one alone (when leaving out a single one brings hits back)
+    emptied it."""
+    given = ", ".join(filters)
+    head = (f"{searched.describe()}; {parsed.text!r} matches items, but none that passes the "
+            f"filters ({given}).")
+    if emptying:
+        which = " or without ".join(emptying)
+        return f"{head} It has hits without {which}: that filter emptied it."
+    return f"{head} No single filter emptied it: leave out several."
+
+
 def unknown_files_note(unknown: Sequence[str], searched: Searched) -> str:
     names = ", ".join(repr(f) for f in unknown)
     return (f"{searched.describe()}; no item touched a file matching {names} (a path, a "

@@ -19,6 +19,7 @@ from context_paging.index.search.notes import (
     PHRASE_CANDIDATES,
     PHRASE_POOL,
     Searched,
+    filtered_note,
     match_files,
     searched_note,
     unknown_files_note,
@@ -118,21 +119,52 @@ def search(
     want = offset + limit + 1  # one more than the page: is there a next page?
     pool = max(PHRASE_CANDIDATES, 4 * want) if parsed.phrases else \
         max(PHRASE_POOL, want) if parsed.verbatim else want
-    arguments = dict(files=alternatives, tools=tools, failed=failed, limit=pool,
-                     required=parsed.required, excluded=parsed.excluded)
-    if scope == "session" and history.store.file_state(canonical) != state:
+    navigators = per_reply(history)
+    in_memory = scope == "session" and history.store.file_state(canonical) != state
+
+    def find(files: Sequence, tools: Sequence[str], failed: bool | None) -> list[Hit]:
+        arguments = dict(files=files, tools=tools, failed=failed, limit=pool,
+                         required=parsed.required, excluded=parsed.excluded)
+        if in_memory:
+            found = history.memory_index(canonical, cwd, items).search(parsed.ranked,
+                                                                        **arguments)
+        else:
+            found = history.store.search(parsed.ranked, sessions=[canonical]
+                                         if scope == "session" else None,
+                                         project=searched.project, **arguments)
+        return _phrased(navigators, found, parsed)
+
+    if in_memory:
         # Not indexed yet, or behind: answer from memory now and let the index catch up
         # in the background (the first search is fast, and so is every one after it).
         if progress:
             progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
-        hits = history.memory_index(canonical, cwd, items).search(parsed.ranked, **arguments)
+        hits = find(alternatives, tools, failed)
         history.catch_up(canonical, cwd, items, state)
     else:
-        hits = history.store.search(parsed.ranked, sessions=[canonical] if scope == "session"
-                                 else None, project=searched.project, **arguments)
-    navigators = per_reply(history)
-    hits = _phrased(navigators, hits, parsed)
-    return _reply(navigators, hits, parsed, offset, limit, load, searched)
+        hits = find(alternatives, tools, failed)
+    emptied = None
+    if not hits and not offset and (alternatives or tools or failed is not None) and \
+            find((), (), None):
+        emptied = _emptying(find, files, alternatives, tools, failed)
+    reply = _reply(navigators, hits, parsed, offset, limit, load, searched)
+    if emptied is not None:
+        return _empty(searched, filtered_note(searched, parsed, *emptied))
+    return reply
+
+
+def _emptying(find: Callable[..., list[Hit]], files: Sequence[str],
+              alternatives: Sequence, tools: Sequence[str], failed: bool | None
+              ) -> tuple[list[str], list[str]]:
+    """(every filter given, those whose removal alone brings hits back), as the note names
+    them: ``file 'x'``, ``tool 'y'``, ``failed`` or ``not failed``."""
+    named = [(f"file {name!r}", ([a for a in alternatives if a is not paths], tools, failed))
+             for name, paths in zip(dict.fromkeys(files), alternatives, strict=False)]
+    named += [(f"tool {tool!r}", (alternatives, [t for t in tools if t != tool], failed))
+              for tool in dict.fromkeys(tools)]
+    if failed is not None:
+        named.append(("failed" if failed else "not failed", (alternatives, tools, None)))
+    return [n for n, _ in named], [n for n, rest in named if find(*rest)]
 
 def per_reply(history: Searchable) -> Callable[[str], Navigator]:
     """``history.navigator`` remembered for the length of one reply (each call checks the

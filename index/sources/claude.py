@@ -86,7 +86,8 @@ _TEXT_KINDS = (
     ("[Request interrupted by user", "interrupt"), ("<task-notification>", "task_notification"),
 )
 _ORIGIN = {"typed": "typed", "slash_command": "slash_command", "bash": "bash",
-           "bash_output": "bash", "steering": "steering"}
+           "bash_output": "bash", "steering": "steering",
+           "compact_summary": "compaction_summary"}
 _FORK_KINDS = frozenset({"typed", "slash_command", "bash"})
 _CALL_TYPES = ("tool_use",)  # server tools (server_tool_use, mcp_tool_use) answer in-message
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
@@ -440,6 +441,8 @@ def _user_events(scan: _Scan, record: Record, stats, warn) -> list[tuple[str, An
     ]
     blocks = _user_blocks(rest, record, warn) if kind in _ORIGIN else ()
     if blocks:
+        if kind == "compact_summary":
+            stats["compact_summary"] += 1
         events.append(("prompt", _user_message(uuid, record, blocks, _ORIGIN[kind])))
     elif kind == "interrupt":
         stats["interrupts"] += 1

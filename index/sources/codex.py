@@ -231,6 +231,10 @@ def _step(st: _State, cur: _Cursor, ln: _Line) -> _Cursor:
         return replace(cur, open=None, model=_str(ln.payload.get("model")) or cur.model)
     if ln.kind == "compacted":
         st.stats["compactions"] += 1
+        summary = ln.payload.get("message")
+        if isinstance(summary, str) and summary.strip():
+            st.entries.append(Message("user", ln.id, ln.timestamp, (TextBlock(summary),),
+                                      ln.line, origin="compaction_summary"))
         return replace(cur, open=None)
     if ln.kind == "bad":
         st.warn(ln, "bad_payload", "a line whose payload is not an object was skipped")

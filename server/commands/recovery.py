@@ -77,16 +77,35 @@ def terminal_message(exc: Exception) -> str:
 # --- rendering ------------------------------------------------------------------------------
 
 
-def render_references(references: Sequence[dict[str, Any]]) -> str:
-    """One reference per two lines: where it is, then its preview."""
+def render_references(references: Sequence[dict[str, Any]], *, commands: bool = False) -> str:
+    """One reference per two lines: where it is, then its preview; a search hit adds its
+    matched lines and, with ``commands``, the commands that open it."""
     out = []
     for ref in references:
-        flags = " failed" if ref["failed"] else ""
+        flags = (" failed" if ref["failed"] else "") + \
+            (" (compaction summary)" if ref.get("compaction_summary") else "")
         tools = f" [{', '.join(ref['tools'][:4])}]" if ref["tools"] else ""
         out.append(f"{ref['session']}  {ref['history_id']}  #{ref['sequence']} {ref['kind']}"
                    f"{flags}{tools}\n    {ref['preview']}")
         out.extend(_match_line(m) for m in ref.get("matches") or ())
+        if commands:
+            out.extend(_open_lines(ref))
     return "\n".join(out)
+
+
+def _open_lines(ref: dict[str, Any]) -> list[str]:
+    """The commands that open a hit: the whole item (``show``), and where its best line is
+    (``recall`` of the output from that line, or ``output`` of the block)."""
+    session = f" --session {ref['session']}"
+    lines = [f"    open: context-paging show {ref['history_id']}{session}"]
+    match = next(iter(ref.get("matches") or ()), None)
+    if match and match["source"] == "tool_result" and match["tool_call_id"]:
+        lines.append(f"    line: context-paging recall {match['tool_call_id']} "
+                     f"--offset {match['line']}{session}")
+    elif match and match["source"] == "assistant" and match["content_index"] is not None:
+        lines.append(f"    line: context-paging output {ref['history_id']} --content-index "
+                     f"{match['content_index']}{session}")
+    return lines
 
 
 def _match_line(match: dict[str, Any]) -> str:
@@ -139,6 +158,8 @@ def render_item(item: dict[str, Any], session: str, args: argparse.Namespace) ->
     head = [session, item["history_id"], f"#{item['sequence']}", item["kind"]]
     if item.get("failed"):
         head.append("failed")
+    if item.get("compaction_summary"):
+        head.append("(compaction summary)")
     if item.get("model"):
         head.append(f"model={item['model']}")
     lines = [f"── {'  '.join(head)}  {item['timestamp']}"]

@@ -25,6 +25,8 @@ class Reference(BaseModel):
     failed: bool
     previous_history_id: str | None
     next_history_id: str | None
+    compaction_summary: bool = Field(default=False, description=(
+        "A summary the agent wrote when it compacted the conversation, not a request"))
 
 
 class Match(BaseModel):
