@@ -60,19 +60,21 @@ def test_a_missing_sample_names_where_it_was_looked_for(tmp_path, monkeypatch):
 COUNTS = {
     # prompts L2 L12 L14 L18 L19.1 + the !cmd on L16; replies L3 L5 L7 L9 L13 L15 L19 L20;
     # results L4 L6 L8 L21 (L15's call never ran). Line 22 is still being written.
-    "pi-v1": (6, 8, {"user": 6, "assistant": 8, "tool_result": 4}),
+    # The compaction on L17 gives its summary as a user item too.
+    "pi-v1": (7, 8, {"user": 7, "assistant": 8, "tool_result": 4}),
     # on the path e01 … e06, e09 … e21: prompts e01 e19, replies e03 e05 e13 e20, results
-    # e04 e06 e14 e15; e07 and e08 are on the abandoned branch.
-    "pi-v3": (2, 4, {"user": 2, "assistant": 4, "tool_result": 4}),
-    # prompts u1 u2 u3(/cost) u5 u6 u7 b2u; 11 message ids on the path (S01 … S08, the API
-    # error, S10, S11; S09 is on the abandoned branch); results r1-r5 and b2r.
-    "claude": (7, 11, {"user": 7, "assistant": 11, "tool_result": 6}),
+    # e04 e06 e14 e15; e07 and e08 are on the abandoned branch; the compaction e16's summary.
+    "pi-v3": (3, 4, {"user": 3, "assistant": 4, "tool_result": 4}),
+    # prompts u1 u2 u3(/cost) u5 u6 u7 b2u and the compaction summary cs; 11 message ids on
+    # the path (S01 … S08, the API error, S10, S11; S09 is on the abandoned branch); results
+    # r1-r5 and b2r.
+    "claude": (8, 11, {"user": 8, "assistant": 11, "tool_result": 6}),
     "claude-subagent": (1, 3, {"user": 1, "assistant": 3, "tool_result": 2}),
     # 3 user_message prompts; runs L8-9, L13, L17, L23, L29-30, L34; outputs L10 L14 L31.
     "codex-0.40": (3, 6, {"user": 3, "assistant": 6, "tool_result": 3}),
     # 2 prompts; runs L7-8, L12, L15-16 (web search + call), L19, L22, L32, L35; outputs L9 L13
-    # L17 L20 L33 and the web search's synthesized one.
-    "codex-modern": (2, 7, {"user": 2, "assistant": 7, "tool_result": 6}),
+    # L17 L20 L33 and the web search's synthesized one; the compacted line's summary L26.
+    "codex-modern": (3, 7, {"user": 3, "assistant": 7, "tool_result": 6}),
     "codex-child": (1, 2, {"user": 1, "assistant": 2, "tool_result": 1}),
 }
 
@@ -128,7 +130,7 @@ def test_pi_v1_ids_are_line_numbers_and_the_glued_line_gives_two_messages():
     conv = load("pi-v1")
     ids = [m.id for m in conv.messages]
     assert ids == ["L2", "L3", "L4", "L5", "L6", "L7", "L8", "L9", "L12", "L13", "L14", "L15",
-                   "L16", "L18", "L19", "L19.1", "L20", "L21"]
+                   "L16", "L17", "L18", "L19", "L19.1", "L20", "L21"]
     glued_reply, glued_prompt = by_id(conv)["L19"], by_id(conv)["L19.1"]
     assert glued_reply.content == (HiddenBlock("thinking"),
                                    TextBlock("Yes: the dashboard reads the guarded average."))
@@ -143,7 +145,7 @@ def test_pi_v1_entries_chain_and_the_compaction_keeps_from_its_entry_index():
     # firstKeptEntryIndex 13 counts the header as 0: line 14
     assert [e.first_kept_id for e in entries if e.type == "compaction"] == ["L14"]
     conv = load("pi-v1")
-    assert conv.compactions == 1 and "L17" not in by_id(conv)
+    assert conv.compactions == 1 and by_id(conv)["L17"].origin == "compaction_summary"
 
 
 def test_pi_v1_aborted_and_error_replies_are_failed_turns():
@@ -181,7 +183,7 @@ def test_pi_v3_follows_the_last_line_back_to_the_root_around_the_abandoned_branc
                         "e13", "e14", "e15", "e16", "e17", "e18", "e19", "e20", "e21"]
     conv = load("pi-v3")
     assert [m.id for m in conv.messages] == ["e01", "e03", "e04", "e05", "e06", "e13", "e14",
-                                             "e15", "e19", "e20"]
+                                             "e15", "e16", "e19", "e20"]
     # every reply is billed, the abandoned e07 included: 4 × (100, 20) + (220, 40)
     assert conv.usage == Usage(input=620, output=120)
 
@@ -238,7 +240,8 @@ def test_claude_prompts_context_lines_and_the_failed_tool():
     conv = load("claude")
     users = [(m.id, m.origin) for m in conv.messages if m.role == "user"]
     assert users == [("c-u1", "typed"), ("c-u2", "typed"), ("c-u3", "slash_command"),
-                     ("c-u5", "typed"), ("c-u6", "typed"), ("c-u7", "typed"), ("c-b2u", "typed")]
+                     ("c-cs", "compaction_summary"), ("c-u5", "typed"), ("c-u6", "typed"),
+                     ("c-u7", "typed"), ("c-b2u", "typed")]
     assert by_id(conv)["c-u2"].content[0] == ImageBlock("image/png", by_id(conv)["c-u2"]
                                                         .content[0].data)
     assert by_id(conv)["c-r3"].is_error and not by_id(conv)["c-r4"].is_error
@@ -251,7 +254,7 @@ def test_claude_compactions_interrupt_api_error_and_rewind():
     conv = load("claude")
     assert conv.compactions == 1 and conv.stats["compact_summary"] == 1
     assert (conv.stats["microcompactions"], conv.stats["microcompacted_results"]) == (1, 1)
-    assert "c-cs" not in by_id(conv)  # the summary is not a prompt
+    assert by_id(conv)["c-cs"].origin == "compaction_summary"  # a summary, not a prompt
     assert by_id(conv)["c-a9"].stop_reason == "aborted"  # its call was interrupted
     assert by_id(conv)["c-e1"].stop_reason == "error"
     assert conv.stats["forks"] == 1
@@ -320,7 +323,8 @@ def test_codex_modern_compaction_unknown_types_duplicate_usage_and_glued_prompt(
     assert conv.compactions == 1 and conv.warnings == ()
     assert (conv.stats["unknown_types"], conv.stats["token_count_duplicates"]) == (2, 1)
     assert conv.usage == Usage(input=18560, output=680, cache_read=42000, reasoning=140)
-    assert [m.id for m in conv.messages if m.role == "user"] == ["L5", "L31"]
+    assert [(m.id, m.origin) for m in conv.messages if m.role == "user"] == \
+        [("L5", "typed"), ("L26", "compaction_summary"), ("L31", "typed")]
     assert "PLANTED" not in repr(conv)
 
 

@@ -83,13 +83,14 @@ def test_every_pi_fixture_is_detected_and_loads(name):
 # user items, model turns, and messages by role (user, assistant, tool_result).
 EXPECTED_COUNTS = {
     # 44 user + 1 bashExecution lines; 220 assistant lines, none pending at the end (last
-    # message is a stop); 189 toolResult lines. Line 440 adds one assistant and one user.
-    CONCAT: (45, 220, {"user": 45, "assistant": 220, "tool_result": 189}),
+    # message is a stop); 189 toolResult lines. Line 440 adds one assistant and one user; the
+    # compaction's summary is one more user item.
+    CONCAT: (46, 220, {"user": 46, "assistant": 220, "tool_result": 189}),
     # 88 user lines, no bashExecution; 453 assistant lines (last one stops); 373 toolResult.
     LARGE: (88, 453, {"user": 88, "assistant": 453, "tool_result": 373}),
     # 55 user + 3 bashExecution lines; 484 assistant lines (the file ends with a bash run, so
-    # no turn is pending); 448 toolResult lines.
-    TWO_COMPACTIONS: (58, 484, {"user": 58, "assistant": 484, "tool_result": 448}),
+    # no turn is pending); 448 toolResult lines; the two compactions' summaries are user items.
+    TWO_COMPACTIONS: (60, 484, {"user": 60, "assistant": 484, "tool_result": 448}),
     # Active path e1 → e2 → e7 → e8: user e1, assistant e7 whose call-2 has no result and is
     # the last message, so project() leaves that turn out as pending.
     BRANCHING: (1, 0, {"user": 1, "assistant": 1}),
@@ -293,10 +294,12 @@ def test_forked_v1_session_names_its_parent_from_branched_from():
 
 
 @recorded
-def test_compactions_are_counted_and_never_messages():
+def test_compactions_are_counted_and_their_summaries_are_messages_marked_as_such():
     conv = load(TWO_COMPACTIONS)
     assert conv.compactions == 2
-    assert {"L360", "L629"}.isdisjoint(m.id for m in conv.messages)
+    summaries = [m for m in conv.messages if m.id in ("L360", "L629")]
+    assert [(m.role, m.origin) for m in summaries] == [("user", "compaction_summary")] * 2
+    assert all(m.content[0].text.strip() for m in summaries)
     assert (conv.stats["model_changes"], conv.stats["thinking_level_changes"]) == (5, 5)
 
 

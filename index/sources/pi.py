@@ -34,7 +34,9 @@ plain list without ids. Reading works like pi's own loader, in memory:
   ``custom_message`` entries, ``compaction``, ``branch_summary``, ``model_change``,
   ``thinking_level_change``, ``label``, ``session_info``, ``custom``, ``leaf``,
   ``active_tools_change`` and unknown types — is counted in ``stats`` over the whole file.
-  ``compactions`` counts every compaction entry in the file, on any branch.
+  ``compactions`` counts every compaction entry in the file, on any branch. A compaction on the
+  active path also gives its summary as a user message of origin ``compaction_summary``
+  (searched and browsed, marked as a summary).
 * **History view.** The whole active path is returned, including entries before a compaction's
   kept point (a history viewer shows everything); pi's replay rewrites (summaries, dropped aborted
   turns, synthetic "No result provided" results) are not applied.
@@ -303,6 +305,11 @@ def _messages(chain: Sequence[Entry], stats: dict[str, int], log: _Log) -> list[
     names: dict[str, str] = {}  # call id → tool name, for results that do not store one
     out: list[Message] = []
     for entry in chain:
+        summary = entry.value.get("summary") if entry.type == "compaction" else None
+        if isinstance(summary, str) and summary.strip():
+            out.append(Message("user", entry.id, _timestamp(entry, {}), (TextBlock(summary),),
+                               entry.line, origin="compaction_summary"))
+            continue
         body = entry.value.get("message") if entry.type == "message" else None
         if entry.type == "message" and not isinstance(body, dict):
             log.warn(entry, "bad_entry", "message entry without a message object skipped")
