@@ -4,7 +4,8 @@ A source module turns the records of one session file into a :class:`Conversatio
 facts plus the *active path* as a list of :class:`Message` values, oldest first. Messages have
 three roles only — ``user`` (a real request), ``assistant`` (one model response) and
 ``tool_result`` — because that is all paging, search and distillation need; injected context,
-compaction summaries, settings changes and lifecycle events are counted, not carried.
+settings changes and lifecycle events are counted, not carried. A compaction summary is a
+``user`` message of origin ``compaction_summary`` (docs/sessions.md, "Compaction summaries").
 
 Privacy is structural: thinking, redacted thinking, signatures and unknown assistant blocks are
 read into :class:`HiddenBlock`, which keeps only *what kind* of block stood there, so no tool can

@@ -56,7 +56,7 @@ CLAUDE = "claude:7c0ffee0-1111-4222-8333-444455556666"
 def test_search_prints_what_it_searched_then_each_reference_with_its_matched_line(home, capsys):
     assert main(["--home", str(home), "search", "ZeroDivisionError", "--session", PI_V1]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"Searched {PI_V1}: 14 items."
+    assert lines[0] == f"Searched {PI_V1}: 15 items."  # the compaction summary is one
     assert lines[1].startswith(PI_V1) and "model_turn failed [bash]" in lines[1]
     assert "test_report.py" in lines[2]
     assert lines[3] == ("    > bash output toolu_pi1_a line 97: E   «ZeroDivisionError»: "

@@ -224,6 +224,8 @@ def session_messages(path: str) -> tuple[list[Message | None], list[dict[str, An
         pending.clear()
 
     for message in load(path).conversation.messages:
+        if message.role == "user" and message.origin == "compaction_summary":
+            continue  # the agent's compaction is ignored: the messages it summarised stay
         if message.role == "tool_result":
             if message.tool_call_id not in pending:
                 continue
