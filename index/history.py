@@ -290,8 +290,9 @@ DECODED_KEYS = ("output", "stdout", "stderr", "content")
 
 def decoded_output(text: str) -> list[tuple[int, str]] | None:
     """The texts a JSON-object tool output holds under :data:`DECODED_KEYS`, in that order,
-    each with the 1-based line of ``text`` it is written on; ``None`` when ``text`` is not such
-    an object (then it is searched as it is)."""
+    each with the 1-based line of ``text`` it is written on, then the object's other members
+    as one line of JSON (so no word of the output is lost to search); ``None`` when ``text``
+    is not such an object (then it is searched as it is)."""
     stripped = text.strip()
     if not (stripped.startswith("{") and stripped.endswith("}") and '"' in stripped):
         return None
@@ -315,7 +316,12 @@ def decoded_output(text: str) -> list[tuple[int, str]] | None:
         if inner:
             at = re.search(rf'"{key}"\s*:', text)
             found.append((1 + text.count("\n", 0, at.start()) if at else 1, inner))
-    return found if held else None
+    if not held:
+        return None
+    rest = {key: inner for key, inner in value.items() if key not in DECODED_KEYS}
+    if rest:
+        found.append((1, json.dumps(rest, ensure_ascii=False, separators=(",", ":"))))
+    return found
 
 
 def result_text(result: Message) -> str:

@@ -166,7 +166,8 @@ def test_any_tool_output_that_is_a_json_object_with_stdout_is_searched_decoded(h
 
 def test_what_is_decoded_and_what_is_not():
     assert decoded_output('{"stdout": "a\\nb", "stderr": "c"}') == [(1, "a\nb"), (1, "c")]
-    assert decoded_output('{\n  "code": 0,\n  "output": "x"\n}') == [(3, "x")]
+    # the other members follow as one line of JSON: no word of the output is lost
+    assert decoded_output('{\n  "code": 0,\n  "output": "x"\n}') == [(3, "x"), (1, '{"code":0}')]
     assert decoded_output('{"content": [{"type": "text", "text": "t"}]}') == [(1, "t")]
     assert decoded_output('{"output": ""}') == []
     for text in ('{"exit": 0}', "[1, 2]", "{not json}", "plain text", '{"output": 3}'):
