@@ -80,9 +80,11 @@ def filtered_note(searched: Searched, parsed: ParsedQuery, filters: Sequence[str
     given = ", ".join(filters)
     head = (f"{searched.describe()}; {parsed.text!r} matches items, but none that passes the "
             f"filters ({given}).")
+    if len(emptying) == 1:
+        return f"{head} It has hits without {emptying[0]}: that filter emptied it."
     if emptying:
         which = " or without ".join(emptying)
-        return f"{head} It has hits without {which}: that filter emptied it."
+        return f"{head} It has hits without {which}: each of them alone emptied it."
     return f"{head} No single filter emptied it: leave out several."
 
 

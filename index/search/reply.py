@@ -134,23 +134,18 @@ def search(
                                          project=searched.project, **arguments)
         return _phrased(navigators, found, parsed)
 
+    if in_memory and progress:
+        progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
+    hits = find(alternatives, tools, failed)
     if in_memory:
-        # Not indexed yet, or behind: answer from memory now and let the index catch up
-        # in the background (the first search is fast, and so is every one after it).
-        if progress:
-            progress(0, 1, f"searching {canonical} in memory; indexing it meanwhile")
-        hits = find(alternatives, tools, failed)
+        # Not indexed yet, or behind: answered from memory now, and the index catches up in
+        # the background (the first search is fast, and so is every one after it).
         history.catch_up(canonical, cwd, items, state)
-    else:
-        hits = find(alternatives, tools, failed)
-    emptied = None
     if not hits and not offset and (alternatives or tools or failed is not None) and \
-            find((), (), None):
-        emptied = _emptying(find, files, alternatives, tools, failed)
-    reply = _reply(navigators, hits, parsed, offset, limit, load, searched)
-    if emptied is not None:
-        return _empty(searched, filtered_note(searched, parsed, *emptied))
-    return reply
+            find((), (), None):  # the query matches: the filters emptied the reply
+        given, emptying = _emptying(find, files, alternatives, tools, failed)
+        return _empty(searched, filtered_note(searched, parsed, given, emptying))
+    return _reply(navigators, hits, parsed, offset, limit, load, searched)
 
 
 def _emptying(find: Callable[..., list[Hit]], files: Sequence[str],
@@ -165,6 +160,7 @@ def _emptying(find: Callable[..., list[Hit]], files: Sequence[str],
     if failed is not None:
         named.append(("failed" if failed else "not failed", (alternatives, tools, None)))
     return [n for n, _ in named], [n for n, rest in named if find(*rest)]
+
 
 def per_reply(history: Searchable) -> Callable[[str], Navigator]:
     """``history.navigator`` remembered for the length of one reply (each call checks the
