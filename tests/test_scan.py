@@ -18,7 +18,7 @@ WORDS = ["needle", "src/a/needle.ts", "paraxial.io", "https://paraxial.io/blog/x
          "Ωneedle", "needleé", "cafe\u0301", "привет/a.a", "x\ud800needle", "①io", "ab请needle",
          "─┼─hay", "KELVIN\u212a", "请needle", "..请.io", "x.请", "\u2e80io", "a\u2e80io",
          "分页hay",
-         "Σίσυφος.io"]
+         "Σίσυφος.io", "step\\nNEEDLE", "\\tio", "\\needle", "a\\u00e9needle"]
 QUERIES = ["a.a", "needle", "paraxial.io", "a.b", "a.b.c", "inc-pager-047", "io hay", "分页", "",
            "needle.ts", "src/a/needle.ts", "b.c", "!!!", "ünïcode 128", "cafe", "caf", "io needle",
            "привет", "a.a.a hay", "naïve-needle", "kelvink"]
@@ -74,7 +74,7 @@ def test_overlapping_pairs_count_as_the_index_counts_them():
         [(h.history_id, round(h.score, 9)) for h in expected]
 
 
-@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t\n!@é请\u212aİΣ"), max_size=60))
+@given(st.text(alphabet=st.sampled_from("ab_Z09./:- \t\n!@é请\u212aİΣ\\ntrNu"), max_size=60))
 def test_the_memory_index_finds_the_tokens_the_index_finds(text):
     from collections import Counter
 
