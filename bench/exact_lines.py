@@ -4,9 +4,12 @@
 
 Every recorded session of all three agents is laid out under one home (bench/search_eval.py's
 layout). From every tool output the bench takes lines a person might paste to ask "what was that
-error?": 20-150 characters, at least three words, no double quote. A line is kept only when it
-occurs (case-insensitively) in the search text of exactly one item among all sessions, so the
-truth is that item. At most ``--per-session`` lines per session, evenly spaced.
+error?": 20-150 characters, at least three words, no double quote. An output that is one JSON
+object holding its text under ``output``, ``stdout``, ``stderr`` or ``content`` gives the lines of
+that text, as the person saw it (decoded here, so every checkout is asked the same lines). A
+line is kept only when it occurs (case-insensitively) in exactly one item among all sessions (its
+message and the outputs as seen), so the truth is that item. At most ``--per-session`` lines
+per session, evenly spaced.
 
 Each line is searched as a phrase (in double quotes; ``--unquoted``: as typed) with
 ``scope="all"`` and no session, limit 3, through ``History.search``. Printed: recall@3 (the
@@ -19,6 +22,7 @@ a reply without ``matches`` shows no line.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
@@ -36,9 +40,26 @@ except ModuleNotFoundError:  # run as a file (python bench/x.py): bench/ itself 
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
+def seen_text(output: str) -> str:
+    """The text a person saw of an output: a JSON object's output/stdout/stderr/content
+    strings, decoded; any other output as it is."""
+    stripped = output.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return output
+    try:
+        value = json.loads(stripped, strict=False)
+    except ValueError:
+        return output
+    if not isinstance(value, dict):
+        return output
+    texts = [value[k] for k in ("output", "stdout", "stderr", "content")
+             if isinstance(value.get(k), str)]
+    return "\n".join(texts) if texts else output
+
+
 def candidate_lines(output: str) -> list[str]:
     lines = []
-    for line in output.splitlines():
+    for line in seen_text(output).splitlines():
         line = line.strip()
         if 20 <= len(line) <= 150 and '"' not in line and len(_WORD.findall(line)) >= 3:
             lines.append(line)
@@ -46,14 +67,17 @@ def candidate_lines(output: str) -> list[str]:
 
 
 def mine(history, refs: list[str], per_session: int) -> list[tuple[str, str, str]]:
-    """(line, session, history_id): each line in exactly one item's search text."""
-    from context_paging.index.history import content_text, search_text
+    """(line, session, history_id): each line in exactly one item (its message and its outputs
+    as seen: the same text whatever the checkout)."""
+    from context_paging.index.history import content_text
 
-    texts = []  # (session, history_id, lowered search text)
+    texts = []  # (session, history_id, lowered text)
     owners: dict[str, list[tuple[str, str]]] = {}
     for ref in refs:
         for item in history.navigator(ref).visible:
-            texts.append((ref, item.history_id, search_text(item).lower()))
+            seen = [content_text(item.message.content)]
+            seen += [seen_text(content_text(r.content)) for r in item.tool_results]
+            texts.append((ref, item.history_id, "\n".join(seen).lower()))
             if item.kind != "model_turn":
                 continue
             for result in item.tool_results:
