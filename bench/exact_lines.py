@@ -17,6 +17,11 @@ owning item among the three), and the share of found owners whose reply shows th
 (a ``matches`` entry holding it).
 The same file runs against an older checkout for the "before" figure (``PYTHONPATH=<checkout>``);
 a reply without ``matches`` shows no line.
+
+``--exec-json`` first rewrites every Codex tool output as the exec tool of Codex's default model
+records it, ``{"chunk_id", "wall_time", "exit_code", "original_token_count", "output"}`` with the
+text JSON-escaped inside (0.40's ``{"output", "metadata"}`` unwrapped first): the same lines,
+stored as that agent stores them.
 """
 
 from __future__ import annotations
@@ -55,6 +60,32 @@ def seen_text(output: str) -> str:
     texts = [value[k] for k in ("output", "stdout", "stderr", "content")
              if isinstance(value.get(k), str)]
     return "\n".join(texts) if texts else output
+
+
+def as_exec_json(root: Path) -> None:
+    """Every Codex function output under ``root`` rewritten as exec-tool JSON in text."""
+    for path in root.rglob("*.jsonl"):
+        lines = []
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                lines.append(raw)
+                continue
+            payload = value.get("payload") if isinstance(value, dict) else None
+            if isinstance(payload, dict) and payload.get("type") == "function_call_output" \
+                    and isinstance(payload.get("output"), str):
+                text, code = payload["output"], 0
+                if text.startswith('{"output"'):
+                    inner = json.loads(text)
+                    text = inner["output"]
+                    code = (inner.get("metadata") or {}).get("exit_code", 0)
+                payload["output"] = json.dumps({
+                    "chunk_id": "c0ffee", "wall_time": 0.1, "exit_code": code,
+                    "original_token_count": len(text) // 4, "output": text})
+                raw = json.dumps(value, ensure_ascii=False)
+            lines.append(raw)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def candidate_lines(output: str) -> list[str]:
@@ -117,6 +148,8 @@ def main() -> None:
     parser.add_argument("--unquoted", action="store_true",
                         help="search each line as typed, without the double quotes")
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--exec-json", action="store_true",
+                        help="store Codex outputs as the exec tool's JSON in text first")
     args = parser.parse_args()
     fixtures = require(args.fixtures)
     from context_paging.index.discovery import iter_session_files
@@ -125,6 +158,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="exact-lines-"))
     try:
         roots = lay_out(tmp, fixtures)
+        if args.exec_json:
+            as_exec_json(roots["codex"])
         history = History(roots, tmp / "home")
         refs = [found.ref for found in iter_session_files(roots)]
         queries = mine(history, refs, args.per_session)
@@ -146,7 +181,8 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n = len(queries)
-    form = "as typed" if args.unquoted else "in double quotes"
+    form = ("as typed" if args.unquoted else "in double quotes") + \
+        (", Codex outputs as exec JSON" if args.exec_json else "")
     print(f"{n} lines from {len(refs)} sessions, searched {form} with scope 'all' and no "
           "session")
     print(f"recall@3          {found}/{n} = {100 * found / max(n, 1):.1f}%")
