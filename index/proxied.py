@@ -83,6 +83,12 @@ class ProxyLog:
 
     def _tally(self, session: str, api: str) -> dict[str, Any]:
         tally = self.tallies.get(session)
+        if tally is not None and not (self.directory / f"{session}.json").exists():
+            # Written after every request, so gone means deleted (``forget``, or by hand):
+            # the conversation is counted afresh, not written back from memory.
+            tally = None
+            if self._last == session:
+                self._last = None  # last.json went with it: written again below
         if tally is None:
             tally = _read(self.directory / f"{session}.json") or {}
             tally = self.tallies[session] = {
