@@ -86,31 +86,40 @@ class Body:
     # repr of a float read -> its first spelling in the body where the two differ, so a
     # changed message keeps it
     numbers: Mapping[str, str] = dataclass_field(default_factory=dict)
+    # how many of ``numbers`` were noted before the conversation array's first element, and
+    # after each element: a body read after this one takes the spellings of what it shares
+    counted: tuple[int, ...] = ()
 
 
 def read_body(raw: bytes, field: str) -> Body:
     """Parse a request body, keeping the spans :func:`splice` needs. ShapeError if it is not an
     object whose ``field`` is an array of objects."""
     text = decode(raw)
-    numbers: dict[str, str] = {}
+    decoder = SpellingDecoder({})
     try:
-        value, spans, items = _scan_object(text, field, spelling_decoder(numbers))
+        value, spans, items = _scan_object(text, field, decoder)
     except ValueError as exc:  # JSONDecodeError included
         raise ShapeError(f"body is not a JSON object: {exc}") from None
-    return checked(raw, value, *in_bytes(text, raw, spans, items), field, numbers)
+    return checked(raw, value, *in_bytes(text, raw, spans, items), field, decoder.numbers,
+                   tuple(decoder.counted))
 
 
-def spelling_decoder(numbers: dict[str, str]) -> json.JSONDecoder:
+class SpellingDecoder(json.JSONDecoder):
     """A decoder that notes in ``numbers`` each float spelled otherwise than ``repr`` gives it
-    back (``1.0E2``, ``1.5e400``), so :func:`strict` can write it as the agent did."""
+    back (``1.0E2``, ``1.5e400``), so :func:`strict` can write it as the agent did; the first
+    spelling in the body wins. :func:`scan_elements` notes in ``counted`` how many it held
+    before and after each element of the conversation array (``Body.counted``)."""
 
-    def number(spelled: str) -> float:
+    def __init__(self, numbers: dict[str, str]) -> None:
+        self.numbers = numbers
+        self.counted: list[int] = []
+        super().__init__(parse_float=self._number)
+
+    def _number(self, spelled: str) -> float:
         value = float(spelled)
         if repr(value) != spelled:
-            numbers.setdefault(repr(value), spelled)
+            self.numbers.setdefault(repr(value), spelled)
         return value
-
-    return json.JSONDecoder(parse_float=number)
 
 
 def decode(raw: bytes) -> str:
@@ -122,11 +131,11 @@ def decode(raw: bytes) -> str:
 
 def checked(raw: bytes, value: dict[str, Any], spans: dict[str, tuple[int, int]],
             items: tuple[tuple[int, int], ...], field: str,
-            numbers: Mapping[str, str] = _NO_NUMBERS) -> Body:
+            numbers: Mapping[str, str] = _NO_NUMBERS, counted: tuple[int, ...] = ()) -> Body:
     conversation = value.get(field)
     if not isinstance(conversation, list) or not all(isinstance(m, dict) for m in conversation):
         raise ShapeError(f"no {field!r} array of objects")
-    return Body(raw, value, spans, items, dict(numbers))
+    return Body(raw, value, spans, items, dict(numbers), counted)
 
 
 def in_bytes(text: str, raw: bytes, spans: dict[str, tuple[int, int]],
@@ -201,9 +210,15 @@ def after_member(text: str, end: int) -> int | None:
 def scan_elements(text: str, at: int, after: bool, decoder: json.JSONDecoder = _DECODER,
                   ) -> tuple[list, int, list[tuple[int, int]]]:
     """An array's elements from ``at``, just past its ``[`` or, ``after``, just past an
-    element: their values, the array's end, their spans."""
+    element: their values, the array's end, their spans. A :class:`SpellingDecoder`'s
+    ``counted`` gets the count of its numbers after each element (and, from the ``[``, before
+    the first)."""
     out: list[Any] = []
     spans: list[tuple[int, int]] = []
+    counted = decoder.counted if isinstance(decoder, SpellingDecoder) else []
+    numbers = decoder.numbers if isinstance(decoder, SpellingDecoder) else {}
+    if not after:
+        counted[:] = [len(numbers)]
     at = _WS.match(text, at).end()
     if after:
         if text[at:at + 1] == "]":
@@ -217,6 +232,7 @@ def scan_elements(text: str, at: int, after: bool, decoder: json.JSONDecoder = _
         item, end = decoder.raw_decode(text, at)
         out.append(item)
         spans.append((at, end))
+        counted.append(len(numbers))
         at = _WS.match(text, end).end()
         if text[at:at + 1] == "]":
             return out, at + 1, spans
