@@ -267,11 +267,11 @@ class Proxy:
             log.warning("proxy: stats not written: %s: %s", type(error).__name__, error)
 
     def _conversation(self, api: wire.Api, body: wire.Body, headers: Mapping[str, str]) -> str:
-        """The ledger session: by the agent's session id, else by the chain of messages."""
+        """The ledger session: the conversation whose chain of messages this request extends,
+        among those of its key (the agent's session id and the opening)."""
         key = wire.conversation_key(api, body.value, headers)
-        if wire.agent_session(api, body.value, headers) is None:
-            key = self._chains.key(body, key, api.field)
-        return key
+        identified = wire.agent_session(api, body.value, headers) is not None
+        return self._chains.key(body, key, api.field, api.fmt, identified)
 
     # --- forwarding -------------------------------------------------------------------------
 
