@@ -143,3 +143,25 @@ def test_a_rewritten_resident_item_does_not_start_a_new_conversation():
     raw = json.dumps({"input": edited.value["input"]}).encode()
     other = chains.key(wire.read_body(raw, "input"), "oa-thread-open", "input", "responses", True)
     assert other.startswith("oa-thread-open-") and other != name
+
+
+def test_a_side_call_on_top_of_a_conversation_does_not_take_it_over():
+    def body(*messages: dict) -> wire.Body:
+        return wire.read_body(json.dumps({"messages": list(messages)}).encode(), "messages")
+
+    task = {"role": "user", "content": "task"}
+    answer = {"role": "assistant", "content": "first answer"}
+    output = {"role": "user", "content": "tool output"}
+    chains = Chains()
+    name = chains.key(body(task), "cc-s-open", "messages", "anthropic", True)
+    assert chains.key(body(task, answer, output), "cc-s-open", "messages", "anthropic",
+                      True) == name
+    # a side call: the conversation and a question of its own, no answer of the model's
+    side = body(task, answer, output, {"role": "user", "content": "suggest the next prompt"})
+    assert chains.key(side, "cc-s-open", "messages", "anthropic", True) == name
+    going_on = body(task, answer, output, {"role": "assistant", "content": "second answer"},
+                    {"role": "user", "content": "more output"})
+    assert chains.key(going_on, "cc-s-open", "messages", "anthropic", True) == name
+    # a twin that parted after the first request is still a conversation of its own
+    twin = body(task, {"role": "assistant", "content": "another answer"}, output)
+    assert chains.key(twin, "cc-s-open", "messages", "anthropic", True) != name

@@ -8,7 +8,11 @@ every request, so each request extends the previous one of its conversation. The
 per conversation, a digest of the chain of messages of its latest request; a request whose
 messages start with that chain continues it, any other starts a conversation of its own. Two
 conversations that opened alike part at their first different message, and neither moves the
-other's cut; an exact repeat of the latest request (a retry) stays in its conversation.
+other's cut; an exact repeat of the latest request (a retry) stays in its conversation. A chain
+is let go once a request extends it with the model's output (an assistant message): a twin that
+extends it later is a conversation of its own. A request that only adds a question of its own
+(no model output: a side call that resends the conversation, or a retry) leaves it held, so the
+conversation going on from before that question is still the same one.
 
 A message's digest is taken from its bytes as received, without ``cache_control`` markers (which
 agents move to the newest message every request); resident items (paging/resident.py: standing
@@ -33,7 +37,7 @@ import secrets
 import threading
 from collections import OrderedDict
 
-from context_paging.paging.resident import is_resident
+from context_paging.paging.resident import RESPONSES_MODEL, is_resident
 from context_paging.server.proxy.resent import same_objects
 from context_paging.server.proxy.wire import Body
 
@@ -65,6 +69,14 @@ def chain(body: Body, field: str, known: tuple[list, list[bytes]] = ([], []),
     return out
 
 
+def answered(items: list, fmt: str) -> bool:
+    """Whether these items hold the model's output (an assistant message, a Responses model
+    item): what a conversation's next request adds to its previous one."""
+    return any(isinstance(item, dict) and (
+        item.get("role") == "assistant"
+        or (fmt == "responses" and item.get("type") in RESPONSES_MODEL)) for item in items)
+
+
 class Chains:
     """The latest chain of each conversation the proxy pages."""
 
@@ -88,9 +100,11 @@ class Chains:
         digests = chain(body, field, known, fmt)
         with self._lock:
             name = None
-            for digest in reversed(digests):
-                name = self._latest.pop((base, digest), None) if digest else None
+            for at in range(len(digests) - 1, -1, -1):
+                name = self._latest.get((base, digests[at])) if digests[at] else None
                 if name is not None:
+                    if answered(messages[at + 1:], fmt):  # the conversation moved past it
+                        del self._latest[base, digests[at]]
                     break
             if name is None and identified:
                 held = set(self._latest.values())
