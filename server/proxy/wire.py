@@ -19,8 +19,9 @@ calls and subagents share it, so the key adds a short fingerprint of the convers
 names, which grow when an MCP server connects late): the main conversation keeps one ledger
 session, a subagent gets its own, and a side call never moves the main conversation's cut.
 OpenAI requests are keyed by ``conversation`` or ``prompt_cache_key`` (Codex sends the thread id
-there) or Codex's ``session-id`` header. A request with no id at all (Pi) is told apart by its
-chain of messages (server/proxy/conversations.py), never by its opening alone.
+there) or Codex's ``session-id`` header. The key only names a request's candidates: requests of
+one key are told apart by their chains of messages (server/proxy/conversations.py), so two
+conversations that share an id and an opening, or that carry no id (Pi), never share a ledger.
 """
 
 from __future__ import annotations
@@ -358,8 +359,9 @@ _SAFE = re.compile(r"[A-Za-z0-9.-]")
 
 
 def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:
-    """The ledger session id of this request's conversation (see the module docstring); with no
-    agent session id, the opening's key, which server/proxy/conversations.py tells apart further."""
+    """The key of this request's conversation (see the module docstring): the ledger session of
+    the first conversation of an agent session id; server/proxy/conversations.py tells the
+    conversations of one key apart by their messages."""
     session = agent_session(api, value, headers)
     name = safe_name(session) if session else "anon"
     return f"{api.prefix}-{name}-{opening(api, value)}"
