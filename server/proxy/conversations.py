@@ -109,12 +109,14 @@ class Chains:
             if name is None and identified:
                 held = set(self._latest.values())
                 # the first of its key keeps the key; a branch is named by where it stands
-                name = next((n for n in (base, f"{base}-{digests[-1][:3].hex()}" if digests
-                                         else None) if n is not None and n not in held), None)
+                last = digests[-1] if digests else b""
+                name = next((n for n in (base, f"{base}-{last[:3].hex()}" if last else None)
+                             if n is not None and n not in held), None)
             if name is None:  # never a name used before, in this process or an earlier one
                 name = f"{base}-{secrets.token_hex(3)}"
             if digests and digests[-1]:
                 self._latest[base, digests[-1]] = name
+                self._latest.move_to_end((base, digests[-1]))  # the oldest is let go first
                 while len(self._latest) > self.kept:
                     self._latest.popitem(last=False)
             self._known.pop(name, None)
