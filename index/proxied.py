@@ -134,6 +134,19 @@ class ProxyLog:
             _write(self.directory / LAST, {"session": f"ledger:{session}"})
 
 
+    def record_inband(self, session: str, api: str, calls: list[tuple[str, bool]]) -> None:
+        """Recovery calls the proxy answered in band in this conversation: per tool, how many,
+        and how many returned something."""
+        tally = self._tally(session, api)
+        counts = tally.setdefault("inband", {})
+        for tool, found in calls:
+            row = counts.setdefault(tool, {"calls": 0, "found": 0})
+            row["calls"] += 1
+            row["found"] += bool(found)
+        tally["updated"] = datetime.now(UTC).isoformat(timespec="seconds")
+        _write(self.directory / f"{session}.json", tally)
+
+
 def figures(tally: dict[str, Any]) -> ProxyFigures:
     from context_paging.index.stats import ProxyFigures
 

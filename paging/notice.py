@@ -140,3 +140,23 @@ def _shell_read(line: str, session: str) -> str:
         return line
     return (f"Read that evicted tool output with: context-paging output {history_id} "
             f"--tool-call-id {call_id} --session {session}.")
+
+
+# The notice for an agent the proxy offers its own recovery tools to (in band): the same facts,
+# naming the three tools offered (search_history, read_context_output, recall), which take no
+# session (the proxy answers them for the conversation they are called in).
+_INBAND_LINES = {
+    "Find stored items with search_history or browse_history.":
+        "Find stored items with search_history.",
+    "Fetch exact items with load_history or exact output pages with read_context_output.":
+        "Fetch exact output pages with read_context_output, or a whole original with recall.",
+    "To get it back, use search_history or browse_history, then load_history or"
+    " read_context_output.":
+        "To get it back, use search_history, then recall or read_context_output.",
+}
+
+
+def inband_notice(notice: str) -> str:
+    """``notice`` naming only the tools the proxy offers in band; the same notice in gives the
+    same text out."""
+    return "\n".join(_INBAND_LINES.get(line, line) for line in notice.split("\n"))

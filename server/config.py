@@ -95,6 +95,13 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         # stdio on the benchmark workload, bench/stdio_trace.py).
         "select_context_text": ("json", _choice("json", "summary")),
     },
+    "proxy": {
+        # The recovery tools the proxy offers the model itself and answers in band
+        # (server/proxy/inband.py): "auto" when the agent has none, "always", or "never".
+        "recovery_tools": ("auto", _choice("auto", "always", "never")),
+        # Follow-up requests the proxy may send for one agent request while answering them.
+        "recovery_rounds": (3, _positive_int),
+    },
     "ledger": {
         # Ledger sessions not written for this many days are deleted when a server or proxy
         # starts, and by ``context-paging forget --expired`` (unset: kept until forgotten).

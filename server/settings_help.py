@@ -64,6 +64,13 @@ MEANINGS: dict[str, dict[str, str]] = {
         "select_context_text": "`select_context`'s text copy: the whole reply, or `summary`, "
                                "the reply without the window's messages",
     },
+    "proxy": {
+        "recovery_tools": "The proxy offers `search_history`, `read_context_output` and `recall` "
+                          "itself and answers them: `auto` when the agent has no recovery tools, "
+                          "`always`, or `never`",
+        "recovery_rounds": "Follow-up requests the proxy sends at most for one agent request "
+                           "while answering those calls",
+    },
     "ledger": {
         "keep_days": "Ledger sessions not written for this many days are deleted when a server or "
                      "proxy starts, and by `forget --expired`; none keeps them until forgotten",

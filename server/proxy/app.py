@@ -34,12 +34,12 @@ from typing import Any
 import anyio.to_thread
 import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
-from context_paging.paging.notice import shell_notice
+from context_paging.paging.notice import inband_notice, shell_notice
 from context_paging.paging.resident import is_resident
 from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, HEALTH_PATH
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
-from context_paging.server.proxy import wire
+from context_paging.server.proxy import answer, inband, wire
 from context_paging.server.proxy.conversations import Chains
 from context_paging.server.proxy.resent import Resent, same_objects
 from starlette.background import BackgroundTask
@@ -82,8 +82,11 @@ class Proxy:
     def __init__(self, select: Select, upstreams: Upstreams, proxy_log: ProxyLog | None = None,
                  client: httpx.AsyncClient | None = None,
                  idle: Callable[[float, Callable[[], bool]], bool] | None = None,
-                 paging: bool = True, max_body: int = MAX_BODY) -> None:
+                 paging: bool = True, max_body: int = MAX_BODY,
+                 recovery: inband.InBand | None = None) -> None:
         self.select = select
+        # the recovery tools offered and answered in band (server/proxy/inband.py), or None
+        self.inband = recovery
         self.upstreams = upstreams
         self.log = proxy_log
         self.paging = paging
@@ -124,15 +127,15 @@ class Proxy:
             return
         api = wire.route(request.method, request.url.path) if self.paging else None
         body = await self._body(request, api)
-        note, session = None, None
+        note, session, turn = None, None, None
         if api is not None and isinstance(body, bytes):
-            body, note, session = await anyio.to_thread.run_sync(
+            body, note, session, turn = await anyio.to_thread.run_sync(
                 self._page, api, body, request.headers)
         async with anyio.create_task_group() as group:
             if note is not None:  # the tally is written while the provider thinks
                 group.start_soon(anyio.to_thread.run_sync, note)
             tap = (session, api) if api is not None and session is not None else None
-            response = await self._forward(request, body, tap)
+            response = await self._forward(request, body, tap, turn)
         await response(scope, receive, send)
 
     async def _body(self, request: Request,
@@ -160,14 +163,15 @@ class Proxy:
 
     # --- the conversation -------------------------------------------------------------------
 
-    def _page(self, api: wire.Api, raw: bytes,
-              headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str | None]:
+    def _page(self, api: wire.Api, raw: bytes, headers: Mapping[str, str]
+              ) -> tuple[bytes, Callable[[], None] | None, str | None, answer.Turn | None]:
         """The body to send (the window in place of the conversation, or the original bytes),
-        the stats note to write for it and the conversation's ledger session."""
+        the stats note to write for it, the conversation's ledger session, and the turn whose
+        reply the proxy answers in band (None: the reply is relayed as it comes)."""
         if headers.get("content-encoding", "identity") != "identity":
             log.warning("proxy: %s body is %s-encoded; forwarded unchanged", api.name,
                         headers.get("content-encoding"))
-            return raw, None, None
+            return raw, None, None, None
         try:
             if self._idler is not None:
                 self._idler.enter()  # idle work under way stops at its next count
@@ -188,17 +192,23 @@ class Proxy:
                 log.warning("proxy: %s request forwarded unchanged after an internal error: "
                             "%s: %s", api.name, failed.code if failed else type(exc).__name__,
                             (failed.message if failed else str(exc))[:200])
-        return raw, None, None
+        return raw, None, None, None
 
-    def _paged(self, api: wire.Api, raw: bytes,
-               headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str]:
+    def _paged(self, api: wire.Api, raw: bytes, headers: Mapping[str, str]
+               ) -> tuple[bytes, Callable[[], None] | None, str, answer.Turn | None]:
         body = self.bodies.read(raw, api.field)  # only what follows an earlier body's bytes
         value = body.value
-        conversation = value[api.field]
+        received = conversation = value[api.field]
         session = self._conversation(api, body, headers)
         self.bodies.remember(session, body)  # the next body of it is read from where it differs
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
+        recovery = self._recovery_tools(session, api, body)
+        offered = (self.inband is not None and api is wire.ANTHROPIC
+                   and self.inband.offers(session, api, value, recovery))
+        if offered:  # the hidden exchanges back in place; the offered tools count as resident
+            conversation = self.inband.expand(session, api, received)
+            tools = [*(tools or ()), *inband.offered_values(api.name)]
         model = value.get("model") if isinstance(value.get("model"), str) else None
         pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
         if pinned:  # counted as resident input: it stays in every window
@@ -211,18 +221,28 @@ class Proxy:
             self._failed_open(session, api, exc, raw)
             raise  # forwarded unchanged by the caller, with its log line
         window = reply["messages"]
-        unchanged = (len(window) == len(conversation)
-                     and all(a is b for a, b in zip(window, conversation, strict=True)))
+        unchanged = (len(window) == len(received)
+                     and all(a is b for a, b in zip(window, received, strict=True)))
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
         text = notice
-        if notice and not self._recovery_tools(session, api, body):  # Pi, or no MCP server
+        if notice and offered:  # the tools the proxy answers, for this conversation
+            text = inband_notice(notice)
+        elif notice and not recovery:  # Pi, or no MCP server
             text = shell_notice(notice, f"ledger:{session}")
-        out = raw if unchanged else wire.splice(body, api.field, _name_session(
-            window, notice, text, session, pinned))
+        out, bracket = wire.splice_at(
+            body, api.field,
+            None if unchanged else _name_session(window, notice, text, session, pinned,
+                                                 scoped=offered),
+            inband.offered_bytes(api.name) if offered else b"")
+        turn = None
+        if offered and self.inband is not None:
+            turn = answer.Turn(self.inband, session, api, out, bracket, len(received),
+                               inband.anchor(received[-1]) if received else "",
+                               inband.tool_names(api, value))
         if self.log is None:
-            return out, None, session
+            return out, None, session, turn
         previous = self._previous.pop(session, None)
         self._previous[session] = out
         while len(self._previous) > PREVIOUS_BODIES:
@@ -237,7 +257,7 @@ class Proxy:
             except Exception as exc:  # stats are best effort; the request goes on
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
-        return out, note, session
+        return out, note, session, turn
 
     def _recovery_tools(self, session: str, api: wire.Api, body: wire.Body) -> bool:
         """:func:`has_recovery_tools`, looking only at the resident items that are new since
@@ -276,7 +296,8 @@ class Proxy:
     # --- forwarding -------------------------------------------------------------------------
 
     async def _forward(self, request: Request, body: bytes | AsyncIterator[bytes],
-                       tap: tuple[str, wire.Api] | None = None) -> Response:
+                       tap: tuple[str, wire.Api] | None = None,
+                       turn: answer.Turn | None = None) -> Response:
         base = self.upstreams.for_request(request.url.path, request.headers)
         headers = _forwarded_headers(request.headers.raw)
         if not isinstance(body, bytes):  # streamed: the length it declared, else chunked
@@ -292,6 +313,9 @@ class Proxy:
                     "type": "api_error", "message": f"context-paging proxy could not reach "
                     f"{base}: {type(exc).__name__}"}}).encode(),
                 status_code=502, media_type="application/json")
+        if turn is not None and reply.status_code == 200 and reply.headers.get(
+                "content-encoding", "").lower() in answer.READABLE:
+            return await self._answered(request, reply, turn, base, headers)
         chunks = _relayed(reply.aiter_raw(), base)
         if tap is not None and reply.status_code == 200 and not reply.headers.get(
                 "content-encoding"):
@@ -305,6 +329,67 @@ class Proxy:
                                 if k.lower() not in _HOP_REPLY]
         return response
 
+    async def _answered(self, request: Request, reply: httpx.Response, turn: answer.Turn,
+                        base: str, headers: list[tuple[bytes, bytes]]) -> Response:
+        """The reply with the offered tools' calls answered in band (server/proxy/answer.py):
+        read decoded, so its length and encoding headers no longer describe what goes back."""
+        url = base + _target(request.scope)
+
+        async def send(body: bytes) -> httpx.Response:
+            again = httpx.Request(request.method, url, headers=headers, content=body)
+            return await self.client.send(again, stream=True)
+
+        def usage(found: dict[str, int]) -> None:
+            self._remember_usage(turn.session, found)
+
+        kept = [(k, v) for k, v in reply.headers.raw if k.lower() not in _HOP_REPLY
+                and k.lower() not in (b"content-length", b"content-encoding")]
+        if reply.headers.get("content-type", "").startswith("text/event-stream"):
+            chunks = answer.answer_stream(turn, _relayed(reply.aiter_bytes(), base), send, usage)
+            response: Response = StreamingResponse(
+                self._counted(chunks, turn), status_code=200,
+                background=BackgroundTask(reply.aclose))
+        else:
+            try:
+                first = await reply.aread()
+            except httpx.HTTPError as exc:
+                await reply.aclose()
+                raise UpstreamBroken(type(exc).__name__) from None
+            await reply.aclose()
+            status, body, found = await answer.answer_json(turn, first, send)
+            if found:
+                usage(answer.calibration(found))
+            await anyio.to_thread.run_sync(self._note_calls, turn)
+            response = Response(body, status_code=status)
+            if status != 200:
+                kept = [(k, v) for k, v in kept if k.lower() != b"content-type"] + [
+                    (b"content-type", b"application/json")]
+            kept.append((b"content-length", str(len(body)).encode()))
+        response.raw_headers = kept
+        return response
+
+    async def _counted(self, chunks: AsyncIterator[bytes], turn: answer.Turn
+                       ) -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            yield chunk
+        await anyio.to_thread.run_sync(self._note_calls, turn)
+
+    def _note_calls(self, turn: answer.Turn) -> None:
+        """The in-band calls of this reply in the conversation's tally (``stats``, ``doctor``)."""
+        if self.log is None or not turn.calls:
+            return
+        try:
+            with self._log_lock:
+                self.log.record_inband(turn.session, turn.api.name, turn.calls)
+        except Exception as exc:  # stats are best effort
+            log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
+
+    def _remember_usage(self, session: str, usage: dict[str, int]) -> None:
+        self._usage.pop(session, None)
+        self._usage[session] = usage
+        while len(self._usage) > PREVIOUS_BODIES:
+            self._usage.popitem(last=False)
+
     async def _tapped(self, chunks: Any, session: str, tap: wire.UsageTap) -> Any:
         """The reply's chunks as they come, each forwarded before the usage tap reads it."""
         async for chunk in chunks:
@@ -315,10 +400,7 @@ class Proxy:
                 log.debug("usage tap failed", exc_info=True)
         usage = tap.result()
         if usage:
-            self._usage.pop(session, None)
-            self._usage[session] = usage
-            while len(self._usage) > PREVIOUS_BODIES:
-                self._usage.popitem(last=False)
+            self._remember_usage(session, usage)
 
 
 def _target(scope: Scope) -> str:
@@ -431,13 +513,15 @@ def _marked(raw: bytes, start: int, end: int) -> bool:
 
 
 def _name_session(window: list[dict[str, Any]], notice: str | None, text: str | None,
-                  session: str, pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+                  session: str, pinned: list[dict[str, Any]] = (),
+                  scoped: bool = False) -> list[dict[str, Any]]:
     """The notice, worded as ``text`` (the tools or the CLI commands), names the ledger session
     the recovery tools take (the proxy's conversation is not the one the MCP server would
-    guess), followed by the pinned context blocks. Same notice in, same bytes out."""
+    guess; ``scoped``: the tools are the proxy's own, which need none), followed by the pinned
+    context blocks. Same notice in, same bytes out."""
     if not notice:
         return window
-    named = f"{text}\nSession for those tools: \"ledger:{session}\"."
+    named = text if scoped else f"{text}\nSession for those tools: \"ledger:{session}\"."
     out = list(window)
     for index, message in enumerate(out[:NOTICE_REACH]):
         content = message.get("content")

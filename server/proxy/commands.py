@@ -78,13 +78,17 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     from context_paging.index.proxied import ProxyLog
     from context_paging.server.histories import make_history
     from context_paging.server.proxy.app import Proxy, Upstreams
+    from context_paging.server.proxy.inband import InBand
 
     history = make_history(settings)
     history.context  # noqa: B018  # load the tokenizer now, not during the first request
     upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai)
+    recovery = InBand(history, settings.home, settings.get("proxy", "recovery_tools"),
+                      settings.get("proxy", "recovery_rounds"))
     return Proxy(history.select_context, upstreams, ProxyLog(settings.home),
                  idle=history.idle, paging=settings.get("paging", "enabled"),
-                 max_body=settings.get("paging", "max_request_bytes")), history
+                 max_body=settings.get("paging", "max_request_bytes"),
+                 recovery=recovery), history
 
 
 class _Quiet(logging.Filter):

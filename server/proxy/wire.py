@@ -256,15 +256,47 @@ def strict(value: Any, numbers: Mapping[str, str] = _NO_NUMBERS) -> str:
 def splice(body: Body, field: str, window: Sequence[dict[str, Any]]) -> bytes:
     """The body with ``field`` replaced by ``window``: every other byte as received, and every
     message the window kept unchanged (the same object) as its original bytes."""
-    original = body.value[field]
-    where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+    return splice_at(body, field, window)[0]
+
+
+def splice_at(body: Body, field: str, window: Sequence[dict[str, Any]] | None,
+              tools: bytes = b"") -> tuple[bytes, int]:
+    """:func:`splice` (``window`` None: the array as received), with ``tools`` (compact JSON
+    objects, comma-separated) appended to the body's ``tools`` array, or as a ``tools`` member
+    at the object's end when it has none; and where the conversation array's ``]`` is in the
+    bytes returned (a follow-up request appends messages there)."""
     raw = body.raw
-    parts = []
-    for message in window:
-        span = where.get(id(message))
-        parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
     start, end = body.spans[field]
-    return b"".join((raw[:start], b"[", b",".join(parts), b"]", raw[end:]))
+    if window is None:
+        array = raw[start:end]
+    else:
+        original = body.value[field]
+        where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+        parts = []
+        for message in window:
+            span = where.get(id(message))
+            parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
+        array = b"".join((b"[", b",".join(parts), b"]"))
+    edits = [(start, end, array)]
+    if tools:
+        listed = body.spans.get("tools") if isinstance(body.value.get("tools"), list) else None
+        if listed is not None:
+            close = raw.rindex(b"]", listed[0], listed[1])
+            empty = not body.value["tools"]
+            edits.append((close, close, tools if empty else b"," + tools))
+        elif "tools" not in body.value:
+            close = raw.rindex(b"}")
+            edits.append((close, close, b',"tools":[' + tools + b"]"))
+    edits.sort()
+    out, at, bracket = [], 0, 0
+    for begin, stop, text in edits:
+        out.append(raw[at:begin])
+        if begin == start:
+            bracket = sum(len(p) for p in out) + len(text) - 1
+        out.append(text)
+        at = stop
+    out.append(raw[at:])
+    return b"".join(out), bracket
 
 
 # --- conversation keys --------------------------------------------------------------------------

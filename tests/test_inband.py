@@ -1,0 +1,312 @@
+"""Recovery in band: the proxy offers the recovery tools, answers the model's calls to them with
+follow-up requests, and puts the hidden exchanges back in place in every later request.
+
+Real HTTP on loopback: an agent-like client posts Anthropic requests to the proxy, the fake
+provider answers with recorded reply shapes (streamed events and JSON bodies).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+from context_paging.index.proxied import ProxyLog, conversation_stats
+from context_paging.server.commands.docs import offered_tools, snapshot_tools
+from context_paging.server.config import load_settings
+from context_paging.server.mcp.tools import make_history
+from context_paging.server.proxy import inband, wire
+from context_paging.server.proxy.app import Proxy, Upstreams
+
+from tests.fake_provider import (
+    FakeProvider,
+    Reply,
+    Served,
+    anthropic_message,
+    anthropic_stream,
+)
+from tests.test_proxy import SYSTEM, TOOLS, USER_ID, check_pairs, make_home, tool_turn
+
+OFFERED = {"search_history", "read_context_output", "recall"}
+
+
+class Stack:
+    """The fake provider, and a proxy with in-band recovery in front of it (restartable)."""
+
+    def __init__(self, home: Path, mode: str = "auto", rounds: int = 3) -> None:
+        self.home = home
+        self.mode, self.rounds = mode, rounds
+        self.provider = FakeProvider()
+        self.upstream = Served(self.provider)
+        self.history = None
+        self.proxy = None
+        self.start()
+
+    def start(self) -> None:
+        self.history = make_history(load_settings(home=str(self.home)))
+        upstreams = Upstreams(anthropic=self.upstream.url, openai=self.upstream.url)
+        recovery = inband.InBand(self.history, self.home, self.mode, self.rounds)
+        self.app = Proxy(self.history.select_context, upstreams, ProxyLog(self.home),
+                         recovery=recovery)
+        self.proxy = Served(self.app, lifespan="on")
+        self.client = httpx.Client(base_url=self.proxy.url, timeout=30)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        self.client.close()
+        self.proxy.close()
+        self.history.close()
+
+    def close(self) -> None:
+        self.stop()
+        self.upstream.close()
+
+    def post(self, messages: list[dict], stream: bool, tools: list[dict] = TOOLS
+             ) -> httpx.Response:
+        body = {"model": "claude-fake", "max_tokens": 100, "system": SYSTEM, "tools": tools,
+                "messages": messages, "metadata": {"user_id": USER_ID}}
+        if stream:
+            body["stream"] = True
+        return self.client.post("/v1/messages", content=json.dumps(body).encode(),
+                                headers={"x-api-key": "sk-ant-test",
+                                         "anthropic-version": "2023-06-01",
+                                         "content-type": "application/json"})
+
+    def upstream_bodies(self) -> list[wire.Body]:
+        return [wire.read_body(r.body, "messages") for r in self.provider.requests
+                if r.path == "/v1/messages"]
+
+
+@pytest.fixture
+def stack(tmp_path) -> Iterator[Stack]:
+    s = Stack(make_home(tmp_path))
+    yield s
+    s.close()
+
+
+def events(text: str) -> list[tuple[str, dict]]:
+    out = []
+    for part in text.replace("\r\n", "\n").split("\n\n"):
+        lines = part.strip().split("\n")
+        name = next((x[6:].strip() for x in lines if x.startswith("event:")), "")
+        data = [x[5:].strip() for x in lines if x.startswith("data:")]
+        if data:
+            out.append((name, json.loads("\n".join(data))))
+    return out
+
+
+def paged_conversation(s: Stack, turns: int = 14) -> list[dict]:
+    """A conversation long enough that its start has left the window (4,000-token budget)."""
+    messages: list[dict] = [{"role": "user", "content": [
+        {"type": "text", "text": "Refactor the modules, starting with module_0."}]}]
+    for i in range(turns):
+        assistant, result = tool_turn(i)
+        messages += [assistant, result]
+        assert s.post(messages, stream=False).status_code == 200
+    last = s.upstream_bodies()[-1].value["messages"]
+    assert "Context paging notice" in json.dumps(last[0])
+    return messages
+
+
+SEARCH = {"type": "tool_use", "id": "toolu_inband_1", "name": "search_history",
+          "input": {"query": "marker-turn-0"}}
+
+
+def test_a_streamed_call_is_answered_in_band_and_the_agent_reads_one_reply(stack):
+    messages = paged_conversation(stack)
+    before = len(stack.provider.requests)
+    stack.provider.queue.extend([
+        anthropic_stream([{"type": "text", "text": "Let me look that up."}, SEARCH],
+                         "tool_use", input_tokens=300),
+        anthropic_stream([{"type": "text", "text": "Found: value = 5."}], "end_turn",
+                         input_tokens=400)])
+    reply = stack.post(messages, stream=True)
+    assert reply.status_code == 200
+    seen = events(reply.text)
+    kinds = [name for name, _ in seen]
+    assert kinds.count("message_start") == 1 and kinds.count("message_stop") == 1
+    assert kinds[-2:] == ["message_delta", "message_stop"]
+    starts = [d for name, d in seen if name == "content_block_start"]
+    assert [d["index"] for d in starts] == [0, 1]
+    assert all(d["content_block"]["type"] == "text" for d in starts)
+    texts = [d["delta"]["text"] for name, d in seen if name == "content_block_delta"]
+    assert texts == ["Let me look that up.", "Found: value = 5."]  # the first before the rest
+    final = seen[-2][1]
+    assert final["delta"]["stop_reason"] == "end_turn"
+    assert final["usage"]["input_tokens"] == 700 and final["usage"]["output_tokens"] == 10
+    assert "search_history" not in reply.text  # the agent never sees the proxy's call
+
+    first, follow = stack.upstream_bodies()[before:]
+    tools = [t["name"] for t in first.value["tools"]]
+    assert tools == ["Bash", "Read", "search_history", "read_context_output", "recall"]
+    bracket = first.spans["messages"][1] - 1
+    assert follow.raw[:bracket] == first.raw[:bracket]  # the same request, two more messages
+    hidden = follow.value["messages"][-2:]
+    assert hidden[0]["content"][1]["name"] == "search_history"
+    result = hidden[1]["content"][0]
+    assert result["tool_use_id"] == SEARCH["id"] and "marker-turn-0" in result["content"]
+    assert "«marker-turn-0»" in result["content"]
+
+    # the agent's next request: the hidden exchange is back in place, with the same bytes
+    agent_reply = {"role": "assistant", "content": [
+        {"type": "text", "text": "Let me look that up."},
+        {"type": "text", "text": "Found: value = 5."}]}
+    later = [*messages, agent_reply, {"role": "user", "content": "Thanks, go on."}]
+    assert stack.post(later, stream=True).status_code == 200
+    after = stack.upstream_bodies()[-1]
+    assert after.value["messages"][-4:-2] == hidden
+    assert after.value["messages"][-2]["content"] == [agent_reply["content"][1]]
+    end = follow.spans["messages"][1] - 1
+    assert after.raw[:end] == follow.raw[:end]  # the cached prefix holds
+    check_pairs(after.value["messages"])
+
+    # a restarted proxy reads the exchange back from the home and sends the same bytes
+    stack.restart()
+    assert stack.post(later, stream=True).status_code == 200
+    assert stack.upstream_bodies()[-1].raw == after.raw
+
+    # the ledger has it with its turn; the tally counts the call and that it found something
+    opening = stack.upstream_bodies()[0].value  # before any paging: the conversation start
+    ledger = f"ledger:{wire.conversation_key(wire.ANTHROPIC, opening, {})}"
+    stored = [json.loads(line) for line in
+              (stack.home / "ledger" / f"{ledger[7:]}.jsonl").read_text().splitlines()]
+    stored = [line["message"] for line in stored if line["type"] == "message"]
+    at = stored.index(hidden[0])  # the model's call, then the proxy's result, in place
+    assert stored[at + 1] == hidden[1] and stored[at - 1] == messages[-1]
+    # like every recovery call, the turn is kept out of search results (no loops)
+    found = stack.history.search("marker-turn-0", ledger, "session", (), (), None, 5)
+    assert [r["tools"] for r in found.references] == [["Bash"]]
+    tally = conversation_stats(stack.home, ledger)
+    assert tally["inband"] == {"search_history": {"calls": 1, "found": 1}}
+
+
+def test_a_json_reply_is_merged_with_its_continuation(stack):
+    messages = paged_conversation(stack)
+    stack.provider.queue.extend([
+        anthropic_message([{"type": "text", "text": "Checking."}, SEARCH], "tool_use", 300),
+        anthropic_message([{"type": "text", "text": "It was 5."}], "end_turn", 400)])
+    reply = stack.post(messages, stream=False)
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["content"] == [{"type": "text", "text": "Checking."},
+                               {"type": "text", "text": "It was 5."}]
+    assert body["stop_reason"] == "end_turn"
+    assert body["usage"]["input_tokens"] == 700 and body["usage"]["output_tokens"] == 10
+    assert int(reply.headers["content-length"]) == len(reply.content)
+    follow = stack.upstream_bodies()[-1]
+    assert "marker-turn-0" in follow.value["messages"][-1]["content"][0]["content"]
+
+
+def test_a_reply_with_an_agent_tool_and_an_offered_one_gives_the_agent_its_own_call(stack):
+    messages = paged_conversation(stack)
+    before = len(stack.provider.requests)
+    bash = {"type": "tool_use", "id": "toolu_agent_9", "name": "Bash",
+            "input": {"command": "ls"}}
+    stack.provider.queue.append(anthropic_stream(
+        [{"type": "text", "text": "Two things."}, SEARCH, bash], "tool_use"))
+    reply = stack.post(messages, stream=True)
+    seen = events(reply.text)
+    starts = [d["content_block"] for name, d in seen if name == "content_block_start"]
+    assert [b["type"] for b in starts] == ["text", "tool_use"] and starts[1]["name"] == "Bash"
+    assert [d["index"] for name, d in seen if name == "content_block_start"] == [0, 1]
+    assert seen[-2][1]["delta"]["stop_reason"] == "tool_use"
+    assert len(stack.provider.requests) == before + 1  # no follow-up: the agent runs its tool
+    later = [*messages, {"role": "assistant", "content": [
+        {"type": "text", "text": "Two things."}, bash]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_agent_9",
+                                      "content": "a.py b.py"}]}]
+    stack.post(later, stream=False)
+    sent = stack.upstream_bodies()[-1].value["messages"]
+    assert [b.get("name") for b in sent[-2]["content"]] == [None, "search_history", "Bash"]
+    ids = [b["tool_use_id"] for b in sent[-1]["content"]]
+    assert ids == [SEARCH["id"], "toolu_agent_9"]
+    assert "marker-turn-0" in sent[-1]["content"][0]["content"]
+    check_pairs(sent)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_failed_follow_up_reaches_the_agent_as_the_providers_error(stack, stream):
+    messages = paged_conversation(stack)
+    overloaded = {"type": "error", "error": {"type": "overloaded_error",
+                                             "message": "Overloaded"}}
+    first = (anthropic_stream if stream else anthropic_message)(
+        [{"type": "text", "text": "Looking."}, SEARCH], "tool_use")
+    stack.provider.queue.extend([first, Reply(529, chunks=(json.dumps(overloaded).encode(),))])
+    reply = stack.post(messages, stream=stream)
+    if stream:
+        seen = events(reply.text)
+        assert reply.status_code == 200 and seen[-1] == ("error", overloaded)
+        assert [d["delta"]["text"] for n, d in seen if n == "content_block_delta"] == [
+            "Looking."]
+    else:
+        assert reply.status_code == 529 and reply.json() == overloaded
+
+
+def test_past_the_round_bound_the_model_is_told_so_in_the_next_request(tmp_path):
+    s = Stack(make_home(tmp_path), rounds=1)
+    try:
+        messages = paged_conversation(s)
+        again = {**SEARCH, "id": "toolu_inband_2", "input": {"query": "marker-turn-1"}}
+        s.provider.queue.extend([
+            anthropic_message([SEARCH], "tool_use"),
+            anthropic_message([{"type": "text", "text": "Still looking."}, again], "tool_use")])
+        before = len(s.provider.requests)
+        body = s.post(messages, stream=False).json()
+        assert len(s.provider.requests) == before + 2  # one follow-up, no second
+        assert body["content"] == [{"type": "text", "text": "Still looking."}]
+        assert body["stop_reason"] == "end_turn"
+        later = [*messages, {"role": "assistant", "content": body["content"]},
+                 {"role": "user", "content": "go on"}]
+        s.post(later, stream=False)
+        sent = s.upstream_bodies()[-1].value["messages"]
+        told = sent[-1]["content"][0]
+        assert told["tool_use_id"] == "toolu_inband_2" and told["is_error"] is True
+        assert "at most 1 recovery round" in told["content"]
+        assert sent[-1]["content"][1] == {"type": "text", "text": "go on"}
+        check_pairs(sent)
+    finally:
+        s.close()
+
+
+def test_agents_with_recovery_tools_get_nothing_added(tmp_path, caplog):
+    mcp = [*TOOLS, {"name": "mcp__context-paging__search_history", "description": "x",
+                    "input_schema": {"type": "object"}}]
+    own = [*TOOLS, {"name": "recall", "description": "the agent's own",
+                    "input_schema": {"type": "object"}}]
+    cases = (("auto", mcp, False), ("always", mcp, True), ("never", TOOLS, False),
+             ("always", own, False))
+    for number, (mode, tools, offered) in enumerate(cases):
+        (tmp_path / str(number)).mkdir()
+        s = Stack(make_home(tmp_path / str(number)), mode=mode)
+        try:
+            with caplog.at_level(logging.INFO, logger="context_paging"):
+                for _ in range(2):
+                    s.post([{"role": "user", "content": "hello"}], stream=False, tools=tools)
+            for body in s.upstream_bodies():
+                names = {t["name"] for t in body.value["tools"]}
+                assert (OFFERED <= names) is offered, (mode, names)
+        finally:
+            s.close()
+    assert sum("has its own recall" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_offered_definitions_are_the_mcp_tools_without_their_session():
+    assert inband.DEFINITIONS.read_text(encoding="utf-8") == offered_tools(snapshot_tools())
+    names = [t["name"] for t in inband.definitions()]
+    assert names == ["search_history", "read_context_output", "recall"]
+    assert all("session" not in t["input_schema"]["properties"] for t in inband.definitions())
+
+
+def test_bad_arguments_are_the_calls_error_never_an_exception():
+    ran = inband.run_call(None, "s", "search_history", {"query": 5})
+    assert ran.error and ran.text.startswith("INVALID_ARGUMENT: field 'query'")
+    assert inband.run_call(None, "s", "recall", ["x"]).error
+    assert inband.run_call(None, "s", "load_history", {}).text.startswith("UNKNOWN_TOOL")
+    ran = inband.run_call(None, "s", "search_history", {"query": "x", "limit": 99})
+    assert ran.error and "out of range" in ran.text
