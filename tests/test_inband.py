@@ -79,8 +79,12 @@ class Stack:
                                          "content-type": "application/json"})
 
     def upstream_bodies(self) -> list[wire.Body]:
-        return [wire.read_body(r.body, "messages") for r in self.provider.requests
-                if r.path == "/v1/messages"]
+        return self.upstream_bodies_of("messages")
+
+    def upstream_bodies_of(self, field: str, path: str = "") -> list[wire.Body]:
+        path = path or {"messages": "/v1/messages", "input": "/v1/responses"}[field]
+        return [wire.read_body(r.body, field) for r in self.provider.requests
+                if r.path == path]
 
 
 @pytest.fixture
@@ -310,3 +314,173 @@ def test_bad_arguments_are_the_calls_error_never_an_exception():
     assert inband.run_call(None, "s", "load_history", {}).text.startswith("UNKNOWN_TOOL")
     ran = inband.run_call(None, "s", "search_history", {"query": "x", "limit": 99})
     assert ran.error and "out of range" in ran.text
+
+
+# --- OpenAI Responses and Chat Completions ----------------------------------------------------
+
+
+def post_openai(s: Stack, path: str, body: dict) -> httpx.Response:
+    return s.client.post(path, content=json.dumps(body).encode(),
+                         headers={"authorization": "Bearer sk-test",
+                                  "content-type": "application/json"})
+
+
+def responses_conversation(turns: int = 14) -> list[dict]:
+    items: list[dict] = [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Refactor the modules."}]}]
+    for i in range(turns):
+        output = "\n".join(f"marker-turn-{i} line {n}: value = {i * 100 + n}" for n in range(40))
+        items += [{"type": "function_call", "call_id": f"call_{i}", "name": "shell",
+                   "arguments": json.dumps({"cmd": f"cat module_{i}.py"})},
+                  {"type": "function_call_output", "call_id": f"call_{i}", "output": output}]
+    return items
+
+
+SHELL = [{"type": "function", "name": "shell", "description": "Run a command",
+          "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+RESPONSES_SEARCH = {"type": "function_call", "id": "fc_1", "call_id": "call_inband",
+                    "name": "search_history", "arguments": '{"query": "marker-turn-0"}',
+                    "status": "completed"}
+
+
+def said(text: str, ident: str = "msg_1") -> dict:
+    return {"type": "message", "id": ident, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_responses_calls_are_answered_in_band_and_put_back_in_place(stack, stream):
+    from tests.fake_provider import responses_items_body, responses_items_stream
+
+    items = responses_conversation()
+    body = {"model": "gpt-fake", "instructions": "You are Codex.", "tools": SHELL,
+            "prompt_cache_key": "thread-1", "stream": stream}
+    for end in range(3, len(items) + 1, 2):
+        assert post_openai(stack, "/v1/responses", {**body, "input": items[:end]}
+                           ).status_code == 200
+    shape = responses_items_stream if stream else responses_items_body
+    stack.provider.queue.extend([shape([said("Looking.", "msg_a"), RESPONSES_SEARCH], 300),
+                                 shape([said("It was 0.", "msg_b")], 400)])
+    before = len(stack.provider.requests)
+    reply = post_openai(stack, "/v1/responses", {**body, "input": items})
+    assert reply.status_code == 200
+    if stream:
+        seen = events(reply.text)
+        kinds = [d["type"] for _, d in seen]
+        assert kinds.count("response.created") == 1 and kinds[-1] == "response.completed"
+        assert [d["sequence_number"] for _, d in seen] == list(range(len(seen)))
+        added = [d for _, d in seen if d["type"] == "response.output_item.added"]
+        assert [d["output_index"] for d in added] == [0, 1]
+        final = seen[-1][1]["response"]
+    else:
+        final = reply.json()
+    assert [i["id"] for i in final["output"]] == ["msg_a", "msg_b"]
+    assert final["usage"]["input_tokens"] == 700
+    assert "search_history" not in reply.text
+    first, follow = stack.upstream_bodies_of("input")[before:]
+    assert [t["name"] for t in first.value["tools"]] == [
+        "shell", "search_history", "read_context_output", "recall"]
+    bracket = first.spans["input"][1] - 1
+    assert follow.raw[:bracket] == first.raw[:bracket]
+    output = follow.value["input"][-1]
+    assert output["call_id"] == "call_inband" and "marker-turn-0" in output["output"]
+
+    later = [*items, said("Looking.", "msg_a"), said("It was 0.", "msg_b"),
+             {"type": "message", "role": "user", "content": [
+                 {"type": "input_text", "text": "go on"}]}]
+    post_openai(stack, "/v1/responses", {**body, "input": later})
+    after = stack.upstream_bodies_of("input")[-1]
+    assert after.value["input"][-5:-2] == follow.value["input"][-3:]
+    end = follow.spans["input"][1] - 1
+    assert after.raw[:end] == follow.raw[:end]
+
+
+def chat_stream(text: str, calls: list[dict], finish: str, prompt: int) -> Reply:
+    from tests.fake_provider import sse
+
+    base = {"id": "chatcmpl_1", "object": "chat.completion.chunk", "created": 0,
+            "model": "gpt-fake"}
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                          "content": text}}]}]
+    for index, call in enumerate(calls):
+        chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": index, "id": call["id"], "type": "function",
+             "function": {"name": call["function"]["name"], "arguments": ""}}]}}]})
+        chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": index, "function": {"arguments": call["function"]["arguments"]}}]}}]})
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": prompt,
+                                                    "completion_tokens": 3,
+                                                    "total_tokens": prompt + 3}})
+    return sse(chunks, named=False)
+
+
+def chat_body(text: str, calls: list[dict], finish: str, prompt: int) -> Reply:
+    message = {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
+    body = {"id": "chatcmpl_1", "object": "chat.completion", "created": 0, "model": "gpt-fake",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 3,
+                      "total_tokens": prompt + 3}}
+    return Reply(chunks=(json.dumps(body).encode(),))
+
+
+CHAT_SEARCH = {"id": "call_inband", "type": "function", "function": {
+    "name": "search_history", "arguments": '{"query": "marker-turn-0"}'}}
+CHAT_AGENT = {"id": "call_agent", "type": "function", "function": {
+    "name": "shell", "arguments": '{"cmd": "ls"}'}}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_chat_calls_are_answered_and_the_continuations_agent_call_reaches_it(stack, stream):
+    messages: list[dict] = [{"role": "system", "content": "You are an agent."},
+                            {"role": "user", "content": "Refactor."}]
+    tools = [{"type": "function", "function": {"name": "shell", "parameters": {
+        "type": "object"}}}]
+    body = {"model": "gpt-fake", "tools": tools, "prompt_cache_key": "chat-1"}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    for i in range(14):
+        output = "\n".join(f"marker-turn-{i} line {n}: value = {n}" for n in range(40))
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": "shell", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": output}]
+        assert post_openai(stack, "/v1/chat/completions",
+                           {**body, "messages": messages}).status_code == 200
+    # the first reply: text, an offered call, then (the follow-up) text and the agent's call
+    shape = chat_stream if stream else chat_body
+    stack.provider.queue.extend([shape("Looking. ", [CHAT_SEARCH], "tool_calls", 300),
+                                 shape("Found it.", [CHAT_AGENT], "tool_calls", 400)])
+    reply = post_openai(stack, "/v1/chat/completions", {**body, "messages": messages})
+    assert reply.status_code == 200
+    if stream:
+        chunks = [json.loads(line[5:]) for line in reply.text.split("\n")
+                  if line.startswith("data:") and line[5:].strip() != "[DONE]"]
+        assert reply.text.rstrip().endswith("data: [DONE]")
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                       if c["choices"])
+        calls = [t for c in chunks if c["choices"]
+                 for t in c["choices"][0]["delta"].get("tool_calls") or ()]
+        finish = [c["choices"][0]["finish_reason"] for c in chunks
+                  if c["choices"] and c["choices"][0].get("finish_reason")]
+        usage = [c["usage"] for c in chunks if c.get("usage")]
+        assert text == "Looking. Found it." and finish == ["tool_calls"]
+        assert {t.get("id") for t in calls if t.get("id")} == {"call_agent"}
+        assert all(t["index"] == 0 for t in calls)
+        assert usage == [{"prompt_tokens": 700, "completion_tokens": 6, "total_tokens": 706}]
+    else:
+        message = reply.json()["choices"][0]["message"]
+        assert message["content"] == "Looking. Found it."
+        assert message["tool_calls"] == [CHAT_AGENT]
+        assert reply.json()["usage"]["prompt_tokens"] == 700
+    later = [*messages, {"role": "assistant", "content": "Looking. Found it.",
+                         "tool_calls": [CHAT_AGENT]},
+             {"role": "tool", "tool_call_id": "call_agent", "content": "a.py"}]
+    post_openai(stack, "/v1/chat/completions", {**body, "messages": later})
+    sent = stack.upstream_bodies_of("messages", "/v1/chat/completions")[-1].value["messages"]
+    assert sent[-4]["tool_calls"][0]["function"]["name"] == "search_history"
+    assert sent[-4]["content"] == "Looking. "
+    assert sent[-3]["tool_call_id"] == "call_inband" and "marker-turn-0" in sent[-3]["content"]
+    assert sent[-2] == {"role": "assistant", "content": "Found it.", "tool_calls": [CHAT_AGENT]}
+    assert sent[-1]["tool_call_id"] == "call_agent"

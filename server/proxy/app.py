@@ -204,7 +204,7 @@ class Proxy:
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         recovery = self._recovery_tools(session, api, body)
-        offered = (self.inband is not None and api is wire.ANTHROPIC
+        offered = (self.inband is not None
                    and self.inband.offers(session, api, value, recovery))
         if offered:  # the hidden exchanges back in place; the offered tools count as resident
             conversation = self.inband.expand(session, api, received)
@@ -358,7 +358,7 @@ class Proxy:
             await reply.aclose()
             status, body, found = await answer.answer_json(turn, first, send)
             if found:
-                usage(answer.calibration(found))
+                usage(found)
             await anyio.to_thread.run_sync(self._note_calls, turn)
             response = Response(body, status_code=status)
             if status != 200:

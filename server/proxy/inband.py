@@ -107,9 +107,10 @@ def anchor(message: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Round:
-    assistant: dict[str, Any]  # the model's whole message (Anthropic) or items (OpenAI)
-    results: list[dict[str, Any]]  # the proxy's tool results: blocks (Anthropic) or items
-    shown: int  # how many of the message's blocks / items reached the agent
+    assistant: Any  # the model's whole message (Anthropic, Chat) or output items (Responses)
+    results: list[dict[str, Any]]  # the proxy's results: tool_result blocks, output items or
+    # tool messages
+    shown: int  # how many of its blocks / items / text characters reached the agent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,11 +200,54 @@ def expand(api: wire.Api, conversation: list[Any], records: Sequence[Hidden]) ->
         n = record.at
         if not 0 < n < len(conversation) or anchor(conversation[n - 1]) != record.anchor:
             continue
-        if api is wire.ANTHROPIC:
-            placed = _anthropic_place(conversation, record)
-            if placed is not None:
-                out[n:n + placed[0]] = placed[1]
+        place = (_anthropic_place if api is wire.ANTHROPIC else
+                 _responses_place if api is wire.RESPONSES else _chat_place)
+        placed = place(conversation, record)
+        if placed is not None:
+            out[n:n + placed[0]] = placed[1]
     return out
+
+
+def _kinds(items: Sequence[Any]) -> list[Any]:
+    return [item.get("type", "message") if isinstance(item, dict) else None for item in items]
+
+
+def _responses_place(conversation: list[Any], record: Hidden) -> tuple[int, list[Any]] | None:
+    """Responses: the agent's copies of the output items it was shown, from ``record.at``, are
+    replaced by each round's whole output and the proxy's ``function_call_output`` items (the
+    agent's own outputs follow, wherever the round's results went)."""
+    n = record.at
+    shown = sum(r.shown for r in record.rounds)
+    theirs = conversation[n:n + shown]
+    mine = [item for r in record.rounds for item in r.assistant if not _offered_item(item)]
+    if len(theirs) != shown or _kinds(theirs) != _kinds(mine):
+        return None
+    placed = [item for r in record.rounds for item in (*r.assistant, *r.results)]
+    return shown, placed
+
+
+def _offered_item(item: Any) -> bool:
+    return (isinstance(item, dict) and item.get("type") == "function_call"
+            and item.get("name") in OFFERED)
+
+
+def _chat_place(conversation: list[Any], record: Hidden) -> tuple[int, list[Any]] | None:
+    """Chat: the agent's assistant message holds every round's text (``shown`` characters each)
+    and its own calls; it becomes each round's whole message and the proxy's ``tool``
+    messages, then the rest of its text as a message of its own."""
+    n = record.at
+    message = conversation[n]
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return None
+    text = message.get("content") if isinstance(message.get("content"), str) else ""
+    shown = sum(r.shown for r in record.rounds)
+    if len(text) < shown:
+        return None
+    placed = [m for r in record.rounds for m in (r.assistant, *r.results)]
+    rest = text[shown:]
+    if not record.merged and (rest or message.get("tool_calls")):
+        placed.append({**message, "content": rest})
+    return 1, placed
 
 
 def _anthropic_place(conversation: list[Any], record: Hidden) -> tuple[int, list[Any]] | None:
