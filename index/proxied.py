@@ -155,7 +155,16 @@ def figures(tally: dict[str, Any]) -> ProxyFigures:
         api=str(tally.get("api", "?")), requests=int(tally.get("requests", 0)),
         sent_tokens=int(tally.get("sent_tokens", 0)), full_tokens=int(tally.get("full_tokens", 0)),
         cut_advances=int(tally.get("cut_advances", 0)),
-        prefix_share=round(tally.get("prefix_bytes", 0) / compared, 4) if compared else None)
+        prefix_share=round(tally.get("prefix_bytes", 0) / compared, 4) if compared else None,
+        inband_calls=inband_counts(tally)[0], inband_found=inband_counts(tally)[1])
+
+
+def inband_counts(tally: dict[str, Any]) -> tuple[int, int]:
+    """(recovery calls answered in band, of them those that returned something)."""
+    rows = tally.get("inband") if isinstance(tally.get("inband"), dict) else {}
+    rows = [r for r in rows.values() if isinstance(r, dict)]
+    return (sum(int(r.get("calls", 0)) for r in rows),
+            sum(int(r.get("found", 0)) for r in rows))
 
 
 def tallies(home: Path) -> list[dict[str, Any]]:

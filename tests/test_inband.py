@@ -15,11 +15,13 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from context_paging.index.proxied import ProxyLog, conversation_stats
+from context_paging.index.stats import render as render_stats
 from context_paging.server.commands.docs import offered_tools, snapshot_tools
 from context_paging.server.config import load_settings
 from context_paging.server.mcp.tools import make_history
 from context_paging.server.proxy import inband, wire
 from context_paging.server.proxy.app import Proxy, Upstreams
+from context_paging.server.setup.agents import paging_report
 
 from tests.fake_provider import (
     FakeProvider,
@@ -188,6 +190,11 @@ def test_a_streamed_call_is_answered_in_band_and_the_agent_reads_one_reply(stack
     assert [r["tools"] for r in found.references] == [["Bash"]]
     tally = conversation_stats(stack.home, ledger)
     assert tally["inband"] == {"search_history": {"calls": 1, "found": 1}}
+    stats = stack.history.stats(ledger)
+    assert (stats.proxy.inband_calls, stats.proxy.inband_found) == (1, 1)
+    assert "Recovery in band" in render_stats(stats)
+    _, lines = paging_report(stack.home)
+    assert any("1 recovery call in band, 1 returned something" in line for line in lines)
 
 
 def test_a_json_reply_is_merged_with_its_continuation(stack):

@@ -230,7 +230,7 @@ def paging_report(data_home: Path) -> tuple[bool, list[str]]:
     """Per proxied conversation, the newest first: how many requests were paged, sent whole
     within the budget, or failed open (forwarded as received), with the last reason. A
     conversation whose every request failed open is never paged: that fails the check."""
-    from context_paging.index.proxied import tallies
+    from context_paging.index.proxied import inband_counts, tallies
 
     found = tallies(data_home)
     if not found:
@@ -244,6 +244,10 @@ def paging_report(data_home: Path) -> tuple[bool, list[str]]:
         line = (f"{tally.get('session', '?')} ({tally.get('api', '?')}): {requests:,} "
                 f"request{'' if requests == 1 else 's'}"
                 f" — {paged:,} paged, {whole:,} within budget, {failed:,} failed open")
+        calls, returned = inband_counts(tally)
+        if calls:
+            line += f"; {calls:,} recovery call{'' if calls == 1 else 's'} in band, " \
+                    f"{returned:,} returned something"
         if requests and failed == requests:
             ok = False
             line = f"✗ {line}; it is never paged: {tally.get('last_fail_open', '?')}"
