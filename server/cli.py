@@ -25,7 +25,7 @@ from context_paging.server.commands.recovery import json_text, print_json, rende
 from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
 from context_paging.server.progress import add_quiet, progress_for
-from context_paging.server.setup import clients
+from context_paging.server.setup import agents, clients
 
 from context_paging import __version__
 
@@ -301,7 +301,7 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     install = commands.add_parser(
         "install-config", help="print (or --write) an MCP client's configuration for this server")
     clients.add_arguments(install)
-    install.set_defaults(run=clients.run)
+    install.set_defaults(run=agents.install_config)
 
     stats = commands.add_parser("stats", help="saved history, latest request and cache totals")
     stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")

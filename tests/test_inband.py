@@ -491,3 +491,19 @@ def test_chat_calls_are_answered_and_the_continuations_agent_call_reaches_it(sta
     assert sent[-3]["tool_call_id"] == "call_inband" and "marker-turn-0" in sent[-3]["content"]
     assert sent[-2] == {"role": "assistant", "content": "Found it.", "tool_calls": [CHAT_AGENT]}
     assert sent[-1]["tool_call_id"] == "call_agent"
+
+
+def test_the_shell_notice_names_a_command_that_runs_from_any_shell():
+    import subprocess
+
+    from context_paging.paging.notice import paging_notice, shell_notice
+    from context_paging.server.proxy.app import shell_command
+
+    command = shell_command()
+    assert command.startswith("/")  # no PATH lookup: a login shell without the venv runs it
+    text = shell_notice(paging_notice(1000, "m1", ("m1", "call_1", "Bash")), "ledger:x", command)
+    assert f'{command} search "<words>" --session ledger:x' in text
+    assert f"{command} output m1 --tool-call-id call_1 --session ledger:x" in text
+    done = subprocess.run(f"env -i /bin/sh -c '{command} --version'", shell=True,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip()

@@ -42,7 +42,8 @@ def test_install_proxy_for_claude_code_keeps_existing_settings_and_their_origina
     assert main(["install-proxy", "--client", "claude-code", "--write"]) == 0
     value = json.loads(settings.read_text())
     assert value == {"model": "opus", "env": {"FOO": "1", "DISABLE_AUTO_COMPACT": "1",
-                                              "ANTHROPIC_BASE_URL": "http://127.0.0.1:8787"}}
+                                              "ANTHROPIC_BASE_URL": "http://127.0.0.1:8787"},
+                     "permissions": {"allow": agents.allow_rules()}}
     original = json.loads(undo.record_path(settings).read_text())["original"]
     assert json.loads(original)["env"] == {"FOO": "1"}
     state = json.loads((user_home / ".claude.json").read_text())
@@ -136,3 +137,35 @@ def test_run_points_each_agent_at_the_proxy_its_own_way():
     env, extra = child_environment("codex", "http://127.0.0.1:5", {})
     assert extra == ["-c", 'openai_base_url="http://127.0.0.1:5/v1"']
     assert "ANTHROPIC_BASE_URL" not in env
+
+
+def test_claude_code_may_run_the_read_only_recovery_tools_and_uninstall_takes_that_back(
+        user_home):
+    settings = user_home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    mine = {"permissions": {"allow": ["Bash(ls:*)", "mcp__context-paging__recall"]}}
+    settings.write_text(json.dumps(mine))
+    assert main(["install-proxy", "--client", "claude-code", "--write"]) == 0
+    allow = json.loads(settings.read_text())["permissions"]["allow"]
+    assert allow[:2] == mine["permissions"]["allow"]  # kept, each rule once
+    assert sorted(allow[1:]) == sorted(agents.allow_rules())
+    assert "mcp__context-paging__search_history" in allow
+    # the user changes the file meanwhile: only install-proxy's own rules and keys go back
+    value = json.loads(settings.read_text())
+    value["permissions"]["allow"].append("Read")
+    value["model"] = "opus"
+    settings.write_text(json.dumps(value))
+    assert main(["uninstall-proxy", "--client", "claude-code"]) == 0
+    after = json.loads(settings.read_text())
+    assert after == {"permissions": {"allow": ["Bash(ls:*)", "mcp__context-paging__recall",
+                                               "Read"]}, "model": "opus"}
+
+
+def test_install_config_for_claude_code_allows_the_recovery_tools_too(user_home):
+    config = user_home / ".claude.json"
+    assert main(["install-config", "--client", "claude-code", "--write"]) == 0
+    assert "context-paging" in json.loads(config.read_text())["mcpServers"]
+    settings = user_home / ".claude" / "settings.json"
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": agents.allow_rules()}}
+    assert main(["uninstall-proxy", "--client", "claude-code"]) == 0
+    assert not settings.exists()  # install-config had created it

@@ -23,7 +23,9 @@ and a body that resends an earlier one is read from where it differs (server/pro
 
 from __future__ import annotations
 
+import functools
 import logging
+import shlex
 import socket
 import threading
 from collections import OrderedDict
@@ -42,6 +44,7 @@ from context_paging.server.idle import Idler
 from context_paging.server.proxy import answer, inband, wire
 from context_paging.server.proxy.conversations import Chains
 from context_paging.server.proxy.resent import Resent, same_objects
+from context_paging.server.setup import clients
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -230,7 +233,7 @@ class Proxy:
         if notice and offered:  # the tools the proxy answers, for this conversation
             text = inband_notice(notice)
         elif notice and not recovery:  # Pi, or no MCP server
-            text = shell_notice(notice, f"ledger:{session}")
+            text = shell_notice(notice, f"ledger:{session}", shell_command())
         out, bracket = wire.splice_at(
             body, api.field,
             None if unchanged else _name_session(window, notice, text, session, pinned,
@@ -401,6 +404,14 @@ class Proxy:
         usage = tap.result()
         if usage:
             self._remember_usage(session, usage)
+
+
+@functools.cache
+def shell_command() -> str:
+    """The CLI as a command any shell runs: the console script's absolute path, or this Python
+    running the module (the agent's login shell may not have the virtualenv on PATH)."""
+    command, prefix = clients.server_command()
+    return " ".join(shlex.quote(word) for word in (command, *prefix))
 
 
 def _target(scope: Scope) -> str:

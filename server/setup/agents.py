@@ -4,8 +4,9 @@ check it (their commands are in server/proxy/commands.py).
 What each agent gets (docs/agents.md, "Setting each agent up"):
 
 - **Claude Code**: ``~/.claude/settings.json`` → ``env.ANTHROPIC_BASE_URL`` (the proxy's origin,
-  no ``/v1``) and ``env.DISABLE_AUTO_COMPACT = "1"``; the MCP server in ``~/.claude.json``
-  ``mcpServers`` (what ``claude mcp add --scope user`` writes), the recovery tools.
+  no ``/v1``), ``env.DISABLE_AUTO_COMPACT = "1"`` and ``permissions.allow`` rules for the
+  read-only recovery tools (a headless run refuses an MCP tool it was not allowed); the MCP
+  server in ``~/.claude.json`` ``mcpServers`` (what ``claude mcp add --scope user`` writes).
 - **Codex**: ``~/.codex/config.toml`` → ``model_provider = "paging"`` and a
   ``[model_providers.paging]`` table (``base_url`` with ``/v1``, ``wire_api = "responses"``,
   ``env_key = "OPENAI_API_KEY"``), ``model_auto_compact_token_limit`` set very high (Codex has
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,10 +98,15 @@ def planned_changes(client: str, port: int, home: Path,
     url = f"http://127.0.0.1:{port}"
     if client == "claude-code":
         name = clients.DEFAULT_NAME
-        return [_json_change(home / ".claude" / "settings.json",
-                             {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}},
-                             f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1",
-                             ("env", "ANTHROPIC_BASE_URL"), ("env", "DISABLE_AUTO_COMPACT")),
+        settings = home / ".claude" / "settings.json"
+        value = _merge(_load_json(settings),
+                       {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}})
+        keys = undo.json_keys(("env", "ANTHROPIC_BASE_URL"), ("env", "DISABLE_AUTO_COMPACT"))
+        return [Change(settings, _json(with_allow_rules(value, name)),
+                       f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1; "
+                       f"permissions.allow: the read-only recovery tools of {name}",
+                       lambda current, original: without_allow_rules(
+                           keys(current, original), original, name)),
                 _json_change(home / ".claude.json",
                              {"mcpServers": {name: mcp_entry(server_home=server_home)}},
                              f"mcpServers.{name} (the recovery tools, for every project)",
@@ -120,6 +127,71 @@ def planned_changes(client: str, port: int, home: Path,
                 _json_change(agent / "settings.json", {"compaction": {"enabled": False}},
                              "compaction.enabled = false", ("compaction", "enabled"))]
     raise clients.InstallError(f"unknown client {client!r}")
+
+
+# The MCP tools a model calls to page history back; all read-only. Claude Code asks before an
+# MCP tool runs, and a headless run (``claude -p``) refuses one it was not allowed, so
+# install-proxy and install-config allow these (``mcp__<server>__<tool>``).
+READ_ONLY_RECOVERY = ("search_history", "browse_history", "load_history",
+                      "read_context_output", "recall", "list_sessions")
+
+
+def allow_rules(name: str = clients.DEFAULT_NAME) -> list[str]:
+    return [f"mcp__{name}__{tool}" for tool in READ_ONLY_RECOVERY]
+
+
+def with_allow_rules(value: dict[str, Any], name: str = clients.DEFAULT_NAME) -> dict[str, Any]:
+    """Claude Code settings with the recovery tools' allow rules added (once, at the end)."""
+    permissions = value.get("permissions")
+    permissions = dict(permissions) if isinstance(permissions, dict) else {}
+    allow = permissions.get("allow")
+    allow = list(allow) if isinstance(allow, list) else []
+    allow += [rule for rule in allow_rules(name) if rule not in allow]
+    return {**value, "permissions": {**permissions, "allow": allow}}
+
+
+def without_allow_rules(current: str | None, original: str | None,
+                        name: str = clients.DEFAULT_NAME) -> str | None:
+    """The settings text without the allow rules install added (those the original had stay),
+    and without the tables it made that are left empty."""
+    if current is None:
+        return None
+    value = json.loads(current)
+    before = json.loads(original) if original and original.strip() else {}
+    kept = set((before.get("permissions") or {}).get("allow") or ())
+    permissions = value.get("permissions")
+    if isinstance(permissions, dict) and isinstance(permissions.get("allow"), list):
+        ours = set(allow_rules(name)) - kept
+        permissions["allow"] = [r for r in permissions["allow"] if r not in ours]
+        if not permissions["allow"] and "allow" not in (before.get("permissions") or {}):
+            permissions.pop("allow")
+        if not permissions and "permissions" not in before:
+            value.pop("permissions")
+    if not value and original is None:
+        return None
+    return _json(value)
+
+
+def install_config(args: Any, settings: Any) -> int:
+    """``install-config``: the MCP client's entry (server/setup/clients.py); for Claude Code
+    with ``--write`` also the allow rules for the read-only recovery tools in
+    ``~/.claude/settings.json``, its original kept for ``uninstall-proxy --client claude-code``."""
+    status = clients.run(args, settings)
+    if status != 0 or args.client != "claude-code" or not args.write:
+        return status
+    path = user_home() / ".claude" / "settings.json"
+    name = args.name.strip()
+    try:
+        text = _json(with_allow_rules(_load_json(path), name))
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            undo.write(path, text)
+            print(f"Allowed {name!r}'s read-only recovery tools in {path} (undo: "
+                  "context-paging uninstall-proxy --client claude-code).")
+    except (clients.InstallError, OSError, ValueError) as exc:
+        print(f"context-paging: {path}: {exc}; the allow rules were not written",
+              file=sys.stderr)
+        return 2
+    return 0
 
 
 def _provider_warning(text: str) -> str | None:

@@ -79,6 +79,27 @@ def judge_proxied(run: runs.Run, direct: runs.Run) -> Outcome:
     return outcome
 
 
+def judge_inband(run: runs.Run) -> Outcome:
+    """A run without the MCP server whose scripted model called the proxy's offered
+    ``search_history``: the task completes, the proxy answered the call itself (the follow-up
+    carries the evicted marker in the tool result, the next request carries the hidden exchange
+    in place), the agent never saw the call, no request was invalid, and every cache break is a
+    cut advance."""
+    exchanges = run.provider.task_exchanges()
+    outcome = _common(run, exchanges)
+    breaks = checks.cache_breaks(exchanges)
+    outcome.cuts = sum(1 for b in breaks if b.cut_advance)
+    outcome.problems += [f"request {b.number}: a cache break that is not a cut advance: "
+                         f"{b.detail}" for b in breaks if not b.cut_advance]
+    outcome.problems += checks.inband_problems(exchanges, task.evicted_markers(1)[0])
+    seen = [str(p) for p in checks.session_files(run.home)
+            if b'"search_history"' in p.read_bytes()]
+    if seen or "search_history" in run.stdout:
+        outcome.problems.append("the agent saw the proxy's recovery call: "
+                                + (", ".join(seen) or "in its output"))
+    return outcome
+
+
 def _common(run: runs.Run, exchanges: list) -> Outcome:
     outcome = Outcome(f"{run.agent.label} via {run.route}")
     outcome.requests = len(exchanges)

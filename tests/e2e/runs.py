@@ -56,9 +56,10 @@ def prepare(root: Path, agent: agents.Agent) -> tuple[Path, Path, Path]:
     return home, data, work
 
 
-def run_agent(agent: agents.Agent, route: str, root: Path) -> Run:
+def run_agent(agent: agents.Agent, route: str, root: Path, recover: bool = False) -> Run:
+    """``recover``: the scripted model calls the offered recovery tool once it is paged."""
     home, data, work = prepare(root, agent)
-    provider = ScriptedProvider()
+    provider = ScriptedProvider(recover=recover)
     env = agents.base_environment(home, data)
     with Served(provider) as fake:
         if route == "direct":
