@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+from context_paging.index.forget import forget
 from context_paging.index.proxied import ProxyLog, conversation_stats
 from context_paging.index.stats import render as render_stats
 from context_paging.server.commands.docs import offered_tools, snapshot_tools
@@ -195,6 +196,11 @@ def test_a_streamed_call_is_answered_in_band_and_the_agent_reads_one_reply(stack
     assert "Recovery in band" in render_stats(stats)
     _, lines = paging_report(stack.home)
     assert any("1 recovery call in band, 1 returned something" in line for line in lines)
+    # forgetting the conversation deletes its hidden exchanges too
+    hidden_file = stack.home / "inband" / f"{ledger[7:]}.jsonl"
+    assert hidden_file.stat().st_mode & 0o777 == 0o600
+    forget(stack.home, ledger, None)
+    assert not hidden_file.exists()
 
 
 def test_a_json_reply_is_merged_with_its_continuation(stack):

@@ -167,7 +167,7 @@ class Store:
 
     def _path(self, session: str) -> Path:
         assert self.directory is not None
-        return self.directory / f"{wire.safe_name(session)}.jsonl"
+        return self.directory / f"{session}.jsonl"  # a ledger session id: a file-safe name
 
     def _read(self, session: str) -> list[Hidden]:
         if self.directory is None:
