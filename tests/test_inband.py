@@ -70,10 +70,10 @@ class Stack:
         self.stop()
         self.upstream.close()
 
-    def post(self, messages: list[dict], stream: bool, tools: list[dict] = TOOLS
-             ) -> httpx.Response:
+    def post(self, messages: list[dict], stream: bool, tools: list[dict] = TOOLS,
+             user_id: str = USER_ID) -> httpx.Response:
         body = {"model": "claude-fake", "max_tokens": 100, "system": SYSTEM, "tools": tools,
-                "messages": messages, "metadata": {"user_id": USER_ID}}
+                "messages": messages, "metadata": {"user_id": user_id}}
         if stream:
             body["stream"] = True
         return self.client.post("/v1/messages", content=json.dumps(body).encode(),
@@ -108,14 +108,14 @@ def events(text: str) -> list[tuple[str, dict]]:
     return out
 
 
-def paged_conversation(s: Stack, turns: int = 14) -> list[dict]:
+def paged_conversation(s: Stack, turns: int = 14, user_id: str = USER_ID) -> list[dict]:
     """A conversation long enough that its start has left the window (4,000-token budget)."""
     messages: list[dict] = [{"role": "user", "content": [
         {"type": "text", "text": "Refactor the modules, starting with module_0."}]}]
     for i in range(turns):
         assistant, result = tool_turn(i)
         messages += [assistant, result]
-        assert s.post(messages, stream=False).status_code == 200
+        assert s.post(messages, stream=False, user_id=user_id).status_code == 200
     last = s.upstream_bodies()[-1].value["messages"]
     assert "Context paging notice" in json.dumps(last[0])
     return messages
@@ -311,6 +311,26 @@ def test_agents_with_recovery_tools_get_nothing_added(tmp_path, caplog):
         finally:
             s.close()
     assert sum("has its own recall" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_recovery_tools_that_show_up_late_withdraw_the_offer_only_before_any_paging(stack,
+                                                                                  caplog):
+    mcp = [*TOOLS, {"name": "mcp__context-paging__search_history", "description": "x",
+                    "input_schema": {"type": "object"}}]
+    hello = [{"role": "user", "content": "hello"}]
+    with caplog.at_level(logging.INFO, logger="context_paging"):
+        stack.post(hello, stream=False)  # no recovery tools yet: offered
+        stack.post([*hello, {"role": "assistant", "content": "hi"},
+                    {"role": "user", "content": "go"}], stream=False, tools=mcp)
+    first, second = stack.upstream_bodies()
+    assert OFFERED <= {t["name"] for t in first.value["tools"]}
+    assert not OFFERED & {t["name"] for t in second.value["tools"]}
+    assert sum("withdrawn" in r.getMessage() for r in caplog.records) == 1
+    # another conversation, paged before its MCP tools show up: the offer stays
+    other = {**json.loads(USER_ID), "session_id": "another-session"}
+    messages = paged_conversation(stack, user_id=json.dumps(other))
+    stack.post(messages, stream=False, tools=mcp, user_id=json.dumps(other))
+    assert OFFERED <= {t["name"] for t in stack.upstream_bodies()[-1].value["tools"]}
 
 
 def test_the_offered_definitions_are_the_mcp_tools_without_their_session():

@@ -209,8 +209,9 @@ class Proxy:
         recovery = self._recovery_tools(session, api, body)
         offered = (self.inband is not None
                    and self.inband.offers(session, api, value, recovery))
-        if offered:  # the hidden exchanges back in place; the offered tools count as resident
+        if self.inband is not None:  # the hidden exchanges back in place
             conversation = self.inband.expand(session, api, received)
+        if offered:  # the offered tools count as resident input
             tools = [*(tools or ()), *inband.offered_values(api.name)]
         model = value.get("model") if isinstance(value.get("model"), str) else None
         pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
@@ -229,6 +230,8 @@ class Proxy:
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
+        if notice and self.inband is not None:
+            self.inband.paged(session)
         text = notice
         if notice and offered:  # the tools the proxy answers, for this conversation
             text = inband_notice(notice)

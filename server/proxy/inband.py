@@ -299,33 +299,54 @@ class InBand:
         self.mode = mode
         self.rounds = rounds
         self.store = Store(home)
-        self._decided: OrderedDict[str, bool] = OrderedDict()
+        # per conversation: (offered, fixed)
+        self._decided: OrderedDict[str, tuple[bool, bool]] = OrderedDict()
         self._lock = threading.Lock()
 
     def offers(self, session: str, api: wire.Api, value: Mapping[str, Any],
                has_tools: bool) -> bool:
-        """Whether this conversation's requests carry the offered tools (decided once)."""
+        """Whether this request carries the offered tools. Decided at the conversation's first
+        request (a conversation that already has hidden exchanges, after a restart, keeps
+        them), and fixed from its first paged request on (:meth:`paged`). Before that, agent
+        recovery tools that show up late (Codex lists its MCP servers after its first tool
+        output; an MCP client may connect late) withdraw the offer, once, while nothing has left
+        the window yet."""
         if self.mode == "never":
             return False
         with self._lock:
             decided = self._decided.get(session)
         if decided is None:
             clash = tool_names(api, value) & set(OFFERED)
-            decided = not clash and (self.mode == "always" or not has_tools)
+            offer = not clash and (self.mode == "always" or not has_tools
+                                   or bool(self.store.records(session)))
             if clash:
                 log.info("proxy: the agent has its own %s; no recovery tools offered in %s",
                          ", ".join(sorted(clash)), session)
-            with self._lock:
-                self._decided[session] = decided
-                while len(self._decided) > KEPT:
-                    self._decided.popitem(last=False)
-        return decided
+            decided = (offer, bool(clash))
+        elif decided[0] and not decided[1] and has_tools and self.mode == "auto":
+            log.info("proxy: the agent's own recovery tools showed up in %s before any paging; "
+                     "the proxy's offer is withdrawn", session)
+            decided = (False, True)
+        with self._lock:
+            self._decided.pop(session, None)
+            self._decided[session] = decided
+            while len(self._decided) > KEPT:
+                self._decided.popitem(last=False)
+        return decided[0]
+
+    def paged(self, session: str) -> None:
+        """The conversation was paged: its offer no longer changes."""
+        with self._lock:
+            decided = self._decided.get(session)
+            if decided is not None:
+                self._decided[session] = (decided[0], True)
 
     def expand(self, session: str, api: wire.Api, conversation: list[Any]) -> list[Any]:
         return expand(api, conversation, self.store.records(session))
 
     def remember(self, session: str, record: Hidden) -> None:
         self.store.add(session, record)
+        self.paged(session)  # the model used them: the offer stays
 
 
 # --- running a call -------------------------------------------------------------------------------
