@@ -533,3 +533,193 @@ def test_the_shell_notice_names_a_command_that_runs_from_any_shell():
     done = subprocess.run(f"env -i /bin/sh -c '{command} --version'", shell=True,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip()
+
+
+# --- OpenAI: a mixed reply, a failed follow-up, the round bound, per mode --------------------
+
+AGENT_SHELL = {"type": "function_call", "id": "fc_2", "call_id": "call_agent", "name": "shell",
+               "arguments": '{"cmd": "ls"}', "status": "completed"}
+
+
+class OpenAI:
+    """One OpenAI API's request and reply shapes, for the tests below."""
+
+    def __init__(self, api: str, stream: bool) -> None:
+        self.api, self.stream = api, stream
+        self.path = "/v1/responses" if api == "responses" else "/v1/chat/completions"
+        self.field = "input" if api == "responses" else "messages"
+
+    def body(self, conversation: list[dict]) -> dict:
+        if self.api == "responses":
+            return {"model": "gpt-fake", "tools": SHELL, "prompt_cache_key": "t-1",
+                    "stream": self.stream, "input": conversation}
+        body = {"model": "gpt-fake", "prompt_cache_key": "c-1", "messages": conversation,
+                "tools": [{"type": "function", "function": {"name": "shell",
+                                                            "parameters": {"type": "object"}}}]}
+        if self.stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        return body
+
+    def paged(self, s: Stack) -> list[dict]:
+        if self.api == "responses":
+            items = responses_conversation()
+            for end in range(3, len(items) + 1, 2):
+                post_openai(s, self.path, self.body(items[:end]))
+            return items
+        messages: list[dict] = [{"role": "user", "content": "Refactor."}]
+        for i in range(14):
+            output = "\n".join(f"marker-turn-{i} line {n}: value = {n}" for n in range(40))
+            messages += [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{i}", "type": "function",
+                 "function": {"name": "shell", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": output}]
+            post_openai(s, self.path, self.body(messages))
+        return messages
+
+    def reply(self, text: str, calls: list[str], search_id: str = "call_inband") -> Reply:
+        """``calls``: "search" (the offered tool), "agent" (the agent's shell)."""
+        from tests.fake_provider import responses_items_body, responses_items_stream
+
+        if self.api == "responses":
+            search = {**RESPONSES_SEARCH, "call_id": search_id}
+            items = [said(text, f"msg_{len(text)}")] + [
+                search if c == "search" else AGENT_SHELL for c in calls]
+            shape = responses_items_stream if self.stream else responses_items_body
+            return shape(items, 100)
+        search = {**CHAT_SEARCH, "id": search_id}
+        tool_calls = [search if c == "search" else CHAT_AGENT for c in calls]
+        shape = chat_stream if self.stream else chat_body
+        return shape(text, tool_calls, "tool_calls" if calls else "stop", 100)
+
+    def seen(self, reply: httpx.Response) -> tuple[str, list[str], str]:
+        """(text, the agent's call ids, how the reply ended) as the agent reads it."""
+        if self.api == "responses":
+            if self.stream:  # the items as they arrived
+                seen = [d for _, d in events(reply.text)]
+                output = [d["item"] for d in seen if d["type"] == "response.output_item.done"]
+                ending = seen[-1]["type"]
+                if ending == "response.completed":
+                    assert seen[-1]["response"]["output"] == output
+            else:
+                output, ending = reply.json()["output"], "json"
+            text = "".join(c["text"] for i in output
+                           if i["type"] == "message" for c in i["content"])
+            calls = [i["call_id"] for i in output if i["type"] == "function_call"]
+            return text, calls, ending
+        if self.stream:
+            chunks = [json.loads(line[5:]) for line in reply.text.split("\n")
+                      if line.startswith("data:") and line[5:].strip() != "[DONE]"]
+            text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                           if c.get("choices"))
+            calls = [t["id"] for c in chunks if c.get("choices")
+                     for t in c["choices"][0]["delta"].get("tool_calls") or () if t.get("id")]
+            ends = [c["choices"][0]["finish_reason"] for c in chunks
+                    if c.get("choices") and c["choices"][0].get("finish_reason")]
+            errors = [c["error"] for c in chunks if "error" in c]
+            return text, calls, "error" if errors else ends[-1]
+        message = reply.json()["choices"][0]["message"]
+        return (message.get("content") or "", [t["id"] for t in message.get("tool_calls") or ()],
+                reply.json()["choices"][0]["finish_reason"])
+
+    def agent_reply(self, text: str, calls: list[str]) -> list[dict]:
+        """What the agent appends after a reply it read as ``text`` and ``calls``."""
+        if self.api == "responses":
+            return [said(text, f"msg_{len(text)}"),
+                    *([AGENT_SHELL, {"type": "function_call_output", "call_id": "call_agent",
+                                     "output": "a.py"}] if calls else
+                      [{"type": "message", "role": "user",
+                        "content": [{"type": "input_text", "text": "go on"}]}])]
+        return [{"role": "assistant", "content": text,
+                 **({"tool_calls": [CHAT_AGENT]} if calls else {})},
+                {"role": "tool", "tool_call_id": "call_agent", "content": "a.py"} if calls
+                else {"role": "user", "content": "go on"}]
+
+
+def results_in(api: OpenAI, conversation: list[dict]) -> dict[str, str]:
+    """Call id -> result text of every tool result in a conversation."""
+    if api.api == "responses":
+        return {i["call_id"]: i["output"] for i in conversation
+                if i.get("type") == "function_call_output"}
+    return {m["tool_call_id"]: m["content"] for m in conversation if m.get("role") == "tool"}
+
+
+def check_openai_pairs(api: OpenAI, conversation: list[dict]) -> None:
+    if api.api == "responses":
+        calls = [i["call_id"] for i in conversation if i.get("type") == "function_call"]
+        outputs = [i["call_id"] for i in conversation if i.get("type") == "function_call_output"]
+        assert sorted(calls) == sorted(outputs)
+        return
+    for index, message in enumerate(conversation):
+        for call in message.get("tool_calls") or ():
+            following = conversation[index + 1:]
+            answered = []
+            for other in following:
+                if other.get("role") != "tool":
+                    break
+                answered.append(other["tool_call_id"])
+            assert call["id"] in answered, (index, call["id"])
+
+
+OPENAI_CASES = [("responses", True), ("responses", False), ("chat", True), ("chat", False)]
+
+
+@pytest.mark.parametrize(("api_name", "stream"), OPENAI_CASES)
+def test_openai_mixed_reply_gives_the_agent_its_call_and_the_next_request_the_answer(
+        stack, api_name, stream):
+    api = OpenAI(api_name, stream)
+    conversation = api.paged(stack)
+    before = len(stack.provider.requests)
+    stack.provider.queue.append(api.reply("Two things.", ["search", "agent"]))
+    reply = post_openai(stack, api.path, api.body(conversation))
+    text, calls, _ = api.seen(reply)
+    assert text == "Two things." and calls == ["call_agent"]
+    assert "search_history" not in reply.text
+    assert len(stack.provider.requests) == before + 1  # no follow-up: the agent runs its tool
+    later = [*conversation, *api.agent_reply(text, calls)]
+    post_openai(stack, api.path, api.body(later))
+    sent = stack.upstream_bodies_of(api.field, api.path)[-1].value[api.field]
+    found = results_in(api, sent)
+    assert "marker-turn-0" in found["call_inband"] and found["call_agent"] == "a.py"
+    check_openai_pairs(api, sent)
+
+
+@pytest.mark.parametrize(("api_name", "stream"), OPENAI_CASES)
+def test_openai_failed_follow_up_reaches_the_agent_as_the_providers_error(
+        stack, api_name, stream):
+    api = OpenAI(api_name, stream)
+    conversation = api.paged(stack)
+    error = {"error": {"message": "Rate limited", "type": "rate_limit_error", "param": None,
+                       "code": "rate_limit_exceeded"}}
+    stack.provider.queue.extend([api.reply("Looking.", ["search"]),
+                                 Reply(429, chunks=(json.dumps(error).encode(),))])
+    reply = post_openai(stack, api.path, api.body(conversation))
+    if not stream:
+        assert reply.status_code == 429 and reply.json() == error
+        return
+    assert reply.status_code == 200
+    text, _, ending = api.seen(reply)
+    assert text == "Looking." and "Rate limited" in reply.text
+    assert ending == ("response.failed" if api_name == "responses" else "error")
+
+
+@pytest.mark.parametrize(("api_name", "stream"), OPENAI_CASES)
+def test_openai_calls_past_the_round_bound_are_told_so_in_the_next_request(
+        tmp_path, api_name, stream):
+    s = Stack(make_home(tmp_path), rounds=1)
+    try:
+        api = OpenAI(api_name, stream)
+        conversation = api.paged(s)
+        s.provider.queue.extend([api.reply("One.", ["search"]),
+                                 api.reply("Two.", ["search"], "call_inband_2")])
+        before = len(s.provider.requests)
+        reply = post_openai(s, api.path, api.body(conversation))
+        text, calls, _ = api.seen(reply)
+        assert len(s.provider.requests) == before + 2 and text == "One.Two." and not calls
+        post_openai(s, api.path, api.body([*conversation, *api.agent_reply(text, [])]))
+        sent = s.upstream_bodies_of(api.field, api.path)[-1].value[api.field]
+        told = results_in(api, sent)
+        assert "marker-turn-0" in told["call_inband"]  # answered by the one follow-up
+        assert "at most 1 recovery round" in told["call_inband_2"]  # past the bound
+        check_openai_pairs(api, sent)
+    finally:
+        s.close()

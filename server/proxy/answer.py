@@ -196,7 +196,7 @@ async def answer_json(turn: Turn, first: bytes, send: Send
         await reply.aclose()
         if reply.status_code != 200:
             await remember(turn, False)  # what the model saw so far stays in place
-            return reply.status_code, wire.dumps(_error_body(reply.status_code, raw)).encode(), None
+            return reply.status_code, raw, None  # the provider's own error, as it sent it
         try:
             value = json.loads(raw)
         except ValueError:
