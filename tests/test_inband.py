@@ -723,3 +723,51 @@ def test_openai_calls_past_the_round_bound_are_told_so_in_the_next_request(
         check_openai_pairs(api, sent)
     finally:
         s.close()
+
+
+def test_a_stream_with_thinking_ping_and_split_input_is_rebuilt_exactly_for_the_follow_up(
+        stack):
+    from tests.fake_provider import sse
+
+    messages = paged_conversation(stack)
+    usage = {"input_tokens": 12, "cache_creation_input_tokens": 30,
+             "cache_read_input_tokens": 3000, "output_tokens": 1}
+    first = sse([
+        {"type": "message_start", "message": {
+            "id": "msg_r1", "type": "message", "role": "assistant", "model": "claude-fake",
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}},
+        {"type": "ping"},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": "The start left; "}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "thinking_delta", "thinking": "search it."}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "signature_delta", "signature": "sig-abc"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "tool_use", "id": "toolu_inband_7", "name": "search_history", "input": {}}},
+        {"type": "content_block_delta", "index": 1,
+         "delta": {"type": "input_json_delta", "partial_json": '{"query": "mark'}},
+        {"type": "content_block_delta", "index": 1,
+         "delta": {"type": "input_json_delta", "partial_json": 'er-turn-0", "limit": 2}'}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 40}},
+        {"type": "message_stop"}])
+    stack.provider.queue.extend([first, anthropic_stream(
+        [{"type": "text", "text": "Found it."}], "end_turn", input_tokens=5)])
+    reply = stack.post(messages, stream=True)
+    seen = events(reply.text)
+    assert [n for n, _ in seen].count("ping") == 1
+    starts = [d["content_block"]["type"] for n, d in seen if n == "content_block_start"]
+    assert starts == ["thinking", "text"]
+    final = seen[-2][1]["usage"]
+    assert final == {"output_tokens": 45, "input_tokens": 17,
+                     "cache_creation_input_tokens": 30, "cache_read_input_tokens": 3000}
+    model_message = stack.upstream_bodies()[-1].value["messages"][-2]
+    assert model_message == {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "The start left; search it.", "signature": "sig-abc"},
+        {"type": "tool_use", "id": "toolu_inband_7", "name": "search_history",
+         "input": {"query": "marker-turn-0", "limit": 2}}]}
