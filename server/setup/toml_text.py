@@ -37,9 +37,12 @@ def set_top_level(text: str, key: str, line: str) -> str:
 
 
 def set_table(text: str, name: str, body: str) -> str:
-    """Replace the ``[name]`` table (up to the next header) or append it."""
+    """Replace the ``[name]`` table (up to the next header, keeping the blank lines before it)
+    or append it after a blank line: setting the same table twice changes nothing."""
     table = f"[{name}]\n{body}\n"
-    pattern = table_pattern(name)
-    if pattern.search(text):
-        return pattern.sub(lambda _: table + "\n", text, count=1)
+    found = table_pattern(name).search(text)
+    if found:
+        old = found.group(0)
+        gap = old[len(old.rstrip("\n")):]
+        return text[:found.start()] + table.rstrip("\n") + gap + text[found.end():]
     return text.rstrip("\n") + ("\n\n" if text.strip() else "") + table
