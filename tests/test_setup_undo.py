@@ -185,11 +185,13 @@ def test_an_edit_between_two_installs_survives_uninstall(user_home, client, caps
 
 def test_codex_uninstall_keeps_lines_appended_after_install_and_adds_no_blank_line(user_home):
     config = user_home / ".codex" / "config.toml"
-    original = '# mine\nmodel = "gpt-5"\n'
+    original = '# mine\nmodel = "gpt-5"\n\nmodel_provider = "azure"\n'
     config.write_text(original)
     assert main(["install-proxy", "--client", "codex", "--write"]) == 0
     appended = '# appended by me\nmodel_reasoning_effort = "high"\n'
     config.write_text(config.read_text() + appended)
+    assert main(["install-proxy", "--client", "codex", "--write", "--port", "9999"]) == 0
+    assert config.read_text().endswith(appended)  # a second run keeps them too
     assert main(["uninstall-proxy", "--client", "codex"]) == 0
     assert config.read_text() == original + appended
 

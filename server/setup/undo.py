@@ -41,7 +41,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from context_paging.server.setup.toml_text import set_top_level, table_pattern, top_level_pattern
+from context_paging.server.setup.toml_text import (
+    line_key,
+    set_top_level,
+    table_pattern,
+    top_level_pattern,
+)
 
 SUFFIX = ".context-paging-undo"
 Key = tuple[str, ...]
@@ -254,11 +259,6 @@ def _toml_back(current: str, original: str | None, keys: list[Key]) -> str:
     return text
 
 
-def _line_key(line: str) -> str | None:
-    found = re.match(r"\s*([A-Za-z0-9_-]+)\s*=", line)
-    return found.group(1) if found else None
-
-
 def _table_back(text: str, before: str, name: str, owned: set[str]) -> str:
     """``[name]`` without the lines set-up wrote: the original's table back in its place, or the
     header and set-up's lines away (with the blank line set-up put before it); every other line
@@ -267,7 +267,7 @@ def _table_back(text: str, before: str, name: str, owned: set[str]) -> str:
     if not found:
         return text
     lines = found.group(0).splitlines(keepends=True)
-    others = [line for line in lines[1:] if _line_key(line) not in owned]
+    others = [line for line in lines[1:] if line_key(line) not in owned]
     was = table_pattern(name).search(before)
     head, rest = text[:found.start()], text[found.end():]
     if was:
