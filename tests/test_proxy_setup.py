@@ -205,3 +205,13 @@ def test_install_proxy_names_the_file_that_does_not_parse(user_home, capsys, cli
     err = capsys.readouterr().err
     assert str(path) in err and "nothing was written" in err and "Traceback" not in err
     assert path.read_text() == text
+
+
+def test_doctor_marks_an_agent_pointed_at_a_port_that_cannot_exist(tmp_path, user_home):
+    settings = user_home / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:99999"}}')
+    ok, text = agents.doctor(8787, tmp_path / "data", user_home, {}, cwd=tmp_path)
+    assert not ok and "--port None" not in text
+    assert ("  ✗ Claude Code (~/.claude/settings.json): http://127.0.0.1:99999 — not a valid "
+            "port; rerun install-proxy --port 8787") in text.splitlines()

@@ -140,6 +140,9 @@ def base_url_lines(port: int, home: Path, environ: dict[str, str]) -> tuple[list
         if _local(url) and _port(url) == port:
             pointing.append(where)
             lines.append(f"  {where}: {url} — this proxy")
+        elif _local(url) and _port(url) is None:
+            lines.append(f"  {BROKEN} {where}: {url} — not a valid port; rerun install-proxy "
+                         f"--port {port}")
         elif _local(url):
             lines.append(f"  {where}: {url} — another port on this machine, not the proxy on "
                          f"{port} (rerun install-proxy with --port {_port(url)} or {port})")

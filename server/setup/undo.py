@@ -132,14 +132,15 @@ def undo(path: Path, owner: str, keys: list[Key], apply: bool = True) -> str:
             and not record.get("edited"):
         restored, how = original, "restored byte for byte"
     elif current is None:
-        restored, how = original, "restored (it had been deleted since)"
+        restored = original
+        how = "deleted since; its original restored" if original is not None else "already gone"
     else:
         restored = take_back(path, current, original, mine)
         how = f"changed since: only {owner}'s settings were taken back"
     if restored is None and current is not None:
         how = f"removed ({owner} had created it)"
     if not apply:
-        return f"{path}: would be {how.removeprefix('changed since: ')} (rerun with --write)."
+        return f"{path}: with --write, {how}."
     if restored is None:
         path.unlink(missing_ok=True)
     elif restored != current:
