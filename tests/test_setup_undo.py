@@ -242,3 +242,26 @@ def test_uninstall_config_takes_back_only_its_entry_from_a_file_edited_since(use
     assert json.loads(target.read_text()) == {"mcpServers": {"fs": {"command": "npx"},
                                                              "git": {"command": "uvx"}}}
     assert not Path(str(target) + ".context-paging-undo").exists()
+
+
+STEPS = {"config": ["install-config", "--client", "codex", "--write"],
+         "proxy": ["install-proxy", "--client", "codex", "--write"],
+         "unconfig": ["uninstall-config", "--client", "codex", "--write"],
+         "unproxy": ["uninstall-proxy", "--client", "codex"]}
+
+
+@pytest.mark.parametrize("order", [("config", "proxy", "unconfig", "unproxy"),
+                                   ("config", "proxy", "unproxy", "unconfig"),
+                                   ("proxy", "config", "unconfig", "unproxy"),
+                                   ("proxy", "config", "unproxy", "unconfig")])
+@pytest.mark.parametrize("edited_after", [0, 1, 2])
+def test_both_installs_undone_in_any_order_keep_an_edit_made_in_between(user_home, order,
+                                                                        edited_after):
+    config = user_home / ".codex" / "config.toml"
+    original = config.read_text()
+    for step, name in enumerate(order):
+        assert main(STEPS[name]) == 0
+        if step == edited_after:
+            config.write_text(config.read_text() + "# my edit\n")
+    assert config.read_text() == original + "# my edit\n"
+    assert not (user_home / ".codex" / "config.toml.context-paging-undo").exists()

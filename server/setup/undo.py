@@ -99,17 +99,25 @@ def write(path: Path, text: str, owner: str, keys: list[Key]) -> bool:
     if record is None:
         record = {"original": current, "edited": False}
     owners = _owners(record, owner, keys)
-    if record.get("installed") is not None and (
-            current is None or _digest(current) != record["installed"]):
-        everything = [key for value in owners.values() for key in value]
-        record["original"] = (None if current is None else
-                              take_back(path, current, record["original"], everything))
-        record["edited"] = True
+    _catch_up(path, record, owners, current)
     owners[owner] = list(dict.fromkeys([*owners.get(owner, []), *keys]))
     record.update(installed=_digest(text), owners=owners)
     _save(record_path(path), json.dumps(record, ensure_ascii=False))
     replace(path, text)
     return True
+
+
+def _catch_up(path: Path, record: dict[str, Any], owners: dict[str, list[Key]],
+              current: str | None) -> None:
+    """When ``path`` changed since set-up last wrote it, make its original that file without
+    set-up's keys, so the change outlives an uninstall."""
+    if record.get("installed") is None or (
+            current is not None and _digest(current) == record["installed"]):
+        return
+    everything = [key for value in owners.values() for key in value]
+    record["original"] = (None if current is None else
+                          take_back(path, current, record["original"], everything))
+    record["edited"] = True
 
 
 def undo(path: Path, owner: str, keys: list[Key], apply: bool = True) -> str:
@@ -119,10 +127,13 @@ def undo(path: Path, owner: str, keys: list[Key], apply: bool = True) -> str:
     owners = _owners(record, owner, keys) if record else {}
     if owner not in owners:
         return f"{path}: not changed by {owner}; left as it is."
+    current = _read(path)
+    if len(owners) > 1:  # another command's keys stay, and so does the record
+        _catch_up(path, record, owners, current)
     mine = owners.pop(owner)
     shared = {key for value in owners.values() for key in value}
-    original, current = record["original"], _read(path)
-    if owners:  # another command's keys stay, and so does the record
+    original = record["original"]
+    if owners:
         ours = [key for key in mine if key not in shared]
         restored = current if current is None or not ours else take_back(
             path, current, original, ours)
@@ -276,6 +287,6 @@ def _table_back(text: str, before: str, name: str, owned: set[str]) -> str:
         added = [line for line in others if line.strip() and line not in table.splitlines(True)]
         body = table.rstrip("\n") + "\n" + "".join(added) if added else table
         return head + body + ("" if body.endswith("\n") or not rest else "\n") + rest
-    if head.endswith("\n\n"):
+    if head.endswith("\n\n") or head == "\n":  # the blank line set_table put before it
         head = head[:-1]
     return head + "".join(others) + rest
