@@ -1,4 +1,4 @@
-"""``context-paging install-config`` and ``context-paging config``: set-up, not serving.
+"""``context-paging install-config``, ``uninstall-config`` and ``config``: set-up, not serving.
 
 ``install-config`` prints (or, with ``--write``, merges) the stdio entry that starts this server
 in Claude Desktop, Claude Code, Cursor or VS Code. Hosts start servers with a minimal ``PATH``
