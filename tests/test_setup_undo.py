@@ -265,3 +265,34 @@ def test_both_installs_undone_in_any_order_keep_an_edit_made_in_between(user_hom
             config.write_text(config.read_text() + "# my edit\n")
     assert config.read_text() == original + "# my edit\n"
     assert not (user_home / ".codex" / "config.toml.context-paging-undo").exists()
+
+
+CODEX_ORIGINALS = [
+    "", "# only a comment\n", 'model = "gpt-5"', 'model = "gpt-5"\n\nmodel_provider = "azure"\n',
+    'model = "gpt-5"\n\n[profiles.x]\nmodel = "o3"\n\n[tui]\nnotifications = true\n',
+    '[model_providers.paging]\nbase_url = "http://old"\nrequest_max_retries = 4\n\n[x]\na = 1\n',
+    '[mcp_servers.context-paging]\ncommand = "old"\nstartup_timeout_sec = 20\n',
+    'a = 1\nmodel_auto_compact_token_limit = 5000\nb = 2\n\n[t]\nc = 3\n',
+]
+
+
+@pytest.mark.parametrize("original", CODEX_ORIGINALS)
+@pytest.mark.parametrize("appended", ["# later\n", 'extra = "x"\n',
+                                      '\n[profiles.later]\nmodel = "m"\n'])
+def test_codex_install_append_reinstall_uninstall_leaves_the_original_and_the_appended_lines(
+        tmp_path, original, appended):
+    from context_paging.server.setup import agents, undo
+
+    path = tmp_path / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text(original)
+    for port in (8787, 9000):
+        (change,) = agents.planned_changes("codex", port, tmp_path)
+        assert undo.write(change.path, change.text, "install-proxy", change.keys)
+        if port == 8787:
+            path.write_text(path.read_text() + appended)
+    (change,) = agents.planned_changes("codex", 9000, tmp_path)
+    assert not undo.write(change.path, change.text, "install-proxy", change.keys)
+    assert "only install-proxy's settings" in undo.undo(path, "install-proxy", change.keys)
+    ended = original if original.endswith("\n") or not original else original + "\n"
+    assert path.read_text() == ended + appended
