@@ -515,9 +515,21 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
             yield found, prepare_file(found, roots.get(found.source))
         return
     import multiprocessing
+    import signal
 
     method = "fork" if threading.active_count() == 1 else "spawn"  # fork is unsafe with threads
-    with multiprocessing.get_context(method).Pool(workers) as pool:
+    # Ctrl-C is for this process alone: the terminal sends SIGINT to the whole process group,
+    # and a worker interrupted mid-task prints a traceback and can die holding the pool's queue
+    # lock, which hangs the pool's shutdown. Workers start with SIGINT blocked (the mask is
+    # inherited; one that arrives meanwhile waits here) and then ignore it.
+    mask = getattr(signal, "pthread_sigmask", None)  # POSIX; elsewhere the initializer alone
+    blocked = mask(signal.SIG_BLOCK, {signal.SIGINT}) if mask else None
+    try:
+        pool = multiprocessing.get_context(method).Pool(workers, initializer=_ignore_interrupts)
+    finally:
+        if mask:
+            mask(signal.SIG_SETMASK, blocked)
+    with pool:
         pending: deque = deque()
         queue = iter(files)
         for found in queue:
@@ -531,6 +543,13 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
             if nxt is not None:
                 pending.append((nxt, pool.apply_async(prepare_file, (nxt, roots.get(nxt.source)))))
             yield found, result.get()
+
+
+def _ignore_interrupts() -> None:
+    """A worker of :func:`prepare_files` leaves Ctrl-C to its parent, which ends the pool."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bool:

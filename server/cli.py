@@ -10,11 +10,14 @@ A command imports what it needs inside its own function: building the parser and
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from context_paging.index import private
@@ -343,6 +346,58 @@ def _overrides(pairs: Sequence[str]) -> dict[str, object]:
     return out
 
 
+INTERRUPTED = "context-paging: interrupted"
+STOP_WITHIN = 2.0  # seconds a Ctrl-C'd command has to let its clean-up finish
+
+
+_said = _thread.allocate_lock()  # held once the line is out
+
+
+def _say_interrupted() -> None:
+    """The one line, once, whichever of the clean exit and the deadline comes first."""
+    if _said.acquire(blocking=False):
+        with suppress(Exception):
+            print(INTERRUPTED, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C ends a command with one line on stderr and status 130, never a traceback or a wait.
+
+    The first SIGINT raises KeyboardInterrupt as usual, so ``finally`` blocks close the index
+    and end a worker pool, and :func:`main` prints the line; if that clean-up has not finished
+    within ``STOP_WITHIN`` seconds, or a second Ctrl-C comes, the process ends at once with the
+    same line (an index commit cut short leaves the previous one intact: docs/reliability.md).
+    ``serve`` puts its own handler in place of this one. Outside the main thread (a test calling
+    :func:`main` from a thread) nothing changes.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def now(*_: object) -> None:
+        with suppress(Exception):
+            sys.stdout.flush()
+        _say_interrupted()
+        os._exit(130)
+
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, now)
+        # A daemon: a clean exit within the time does not wait for it, a stuck one is ended.
+        threading.Thread(target=lambda: time.sleep(STOP_WITHIN) or now(), daemon=True).start()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:  # not interrupted: as it was
+            signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # no parser to build
         print(f"context-paging {__version__}")
@@ -358,8 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     private.secure_home(settings.home)
     run: Command = args.run
     try:
-        return run(args, settings)
+        with _interruptible():
+            return run(args, settings)
     except KeyboardInterrupt:
+        _say_interrupted()
         return 130
     except BrokenPipeError:  # output piped into head(1) or a pager that quit: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
