@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from context_paging.index import private
 from context_paging.index.search.notes import DEFAULT_SESSION_RULE
+from context_paging.server.bounds import at_most, number, text
 from context_paging.server.commands import forget as forget_cli
 from context_paging.server.commands import recovery as terminal_cli
 from context_paging.server.commands.recovery import json_text, print_json, render_references
@@ -238,8 +239,15 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         return run_demo(args, progress.emit, progress)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line: what was wrong, and where to look."""
+
+    def error(self, message: str):  # argparse never returns from it
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="context-paging",
         description="A rolling context window for coding agents, "
         "with exact recovery of old history.",
@@ -256,8 +264,9 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     sessions = commands.add_parser("sessions", help="list Pi, Claude Code and Codex sessions")
     sessions.add_argument("--source", choices=("pi", "claude", "codex"),
                           help="only this agent's sessions (default: all three)")
-    sessions.add_argument("--project", help="only sessions whose working directory is this path")
-    sessions.add_argument("--limit", type=int, default=50,
+    sessions.add_argument("--project", type=text("id"),
+                          help="only sessions whose working directory is this path")
+    sessions.add_argument("--limit", type=number("sessions.limit"), default=50,
                           help="at most this many, newest first (default 50)")
     sessions.add_argument("--json", action="store_true", help="the list as JSON")
     sessions.set_defaults(run=_cmd_sessions)
@@ -271,29 +280,34 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
         "search", help="search session history",
         description='Words rank by BM25; "a phrase" in double quotes must stand as written; '
         "AND requires every word; -word leaves items out. " + DEFAULT_SESSION_RULE)
-    search.add_argument("query", help="words, \"a phrase\", a path or an identifier; at "
+    search.add_argument("query", type=text("query"),
+                        help="words, \"a phrase\", a path or an identifier; at "
                         "most 200 characters")
-    search.add_argument("--session", help="session reference (default: see above)")
+    search.add_argument("--session", type=text("id"), help="session reference (default: see above)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session",
                         help="search one session (default), every session of a project "
                         "directory, or every session under the roots")
-    search.add_argument("--project", help="with --scope project: this directory "
+    search.add_argument("--project", type=text("id"), help="with --scope project: this directory "
                         "(default: the session's, else the current directory)")
-    search.add_argument("--file", action="append", help="only turns that touched this file (a "
+    search.add_argument("--file", action=at_most("filters", append=True), type=text("id"),
+                        help="only turns that touched this file (a "
                         "path, a suffix of one, or a file name)")
-    search.add_argument("--tool", action="append", help="only turns that called this tool")
+    search.add_argument("--tool", action=at_most("filters", append=True), type=text("id"),
+                        help="only turns that called this tool")
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None,
                         help="only turns whose tool call failed (--no-failed: only turns "
                         "without a failure; default: both)")
-    search.add_argument("--limit", type=int, default=5, choices=range(1, 51), metavar="1-50",
+    search.add_argument("--limit", type=number("search.limit"), default=5, metavar="1-50",
                         help="references to return (default 5)")
-    search.add_argument("--offset", type=int, default=0, help="hits to skip (the next page)")
+    search.add_argument("--offset", type=number("search.offset"), default=0,
+                        help="hits to skip (the next page)")
     search.add_argument("--json", action="store_true", help="the search_history reply as JSON")
     add_quiet(search)
     search.set_defaults(run=_cmd_search)
 
     index = commands.add_parser("index", help="bring the search index up to date")
-    index.add_argument("--session", help="session reference (default: this directory's newest)")
+    index.add_argument("--session", type=text("id"),
+                       help="session reference (default: this directory's newest)")
     index.add_argument("--all", action="store_true", help="every session under the roots")
     add_quiet(index)
     index.set_defaults(run=_cmd_index)
@@ -307,7 +321,8 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     install.set_defaults(run=clients.run)
 
     stats = commands.add_parser("stats", help="saved history, latest request and cache totals")
-    stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")
+    stats.add_argument("--session", type=text("id"),
+                       help="session reference, e.g. ledger:<id> or claude:<id>")
     stats.add_argument("--json", action="store_true", help="the paging_stats reply as JSON")
     stats.set_defaults(run=_cmd_stats)
     terminal_cli.add_commands(commands)

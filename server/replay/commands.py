@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from context_paging.server.bounds import fraction, nonnegative_float, number, positive_float, text
 from context_paging.server.progress import add_quiet
 
 if TYPE_CHECKING:  # the replay (and the whole window) loads only when the command runs
@@ -159,39 +160,42 @@ def _distillation_breaks(breaks: list[dict]) -> str:
 def add_arguments(parser) -> None:
     where = ("a session reference (pi:<id>, claude:<id>, codex:<id>) or the path of a Pi, "
              "Claude Code or Codex session file")
-    parser.add_argument("--session", dest="session_flag", metavar="SESSION", help=where)
-    parser.add_argument("session", nargs="?", metavar="SESSION",
+    parser.add_argument("--session", dest="session_flag", metavar="SESSION", type=text("id"),
+                        help=where)
+    parser.add_argument("session", nargs="?", metavar="SESSION", type=text("id"),
                         help="the same as --session (kept so older scripts keep working)")
-    parser.add_argument("--budget", type=int, default=128_000,
+    parser.add_argument("--budget", type=number("token_budget"), default=128_000,
                         help="select_context's token budget (default 128000)")
-    parser.add_argument("--trim-to", type=int, default=None,
+    parser.add_argument("--trim-to", type=number("trim_to_tokens"), default=None,
                         help="where a cut lands (default 5/8 of the budget)")
-    parser.add_argument("--first-cut", type=float, default=None,
+    parser.add_argument("--first-cut", type=fraction, default=None,
                         help="where a cut with no remembered frontier lands, as a fraction of "
                         "the budget (default 1.0: the target, upstream's rule; 0.375 cuts deeper)")
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken",
                         help="token estimator for every strategy (chars4 is about twice as fast)")
     parser.add_argument("--no-distill", action="store_true", help="turn distillation off")
-    parser.add_argument("--model-window", type=int, default=200_000,
+    parser.add_argument("--model-window", type=number("model_window"), default=200_000,
                         help="the model's context window passed to select_context; the "
                         "compaction baseline's threshold follows from it (default 200000)")
-    parser.add_argument("--compact-at", type=float, default=None,
+    parser.add_argument("--compact-at", type=positive_float, default=None,
                         help="compaction baseline threshold (default: model window - 33000, "
                         "Claude Code's auto-compact buffer: 167000 of 200000)")
-    parser.add_argument("--summary-tokens", type=float, default=3_500,
+    parser.add_argument("--summary-tokens", type=nonnegative_float, default=3_500,
                         help="size of the baseline's summary (default 3500)")
-    parser.add_argument("--keep-tokens", type=float, default=0,
+    parser.add_argument("--keep-tokens", type=nonnegative_float, default=0,
                         help="newest messages the baseline keeps verbatim besides the current "
                         "exchange (default 0, as Claude Code)")
-    parser.add_argument("--price-uncached", type=float, default=1.0,
+    parser.add_argument("--price-uncached", type=nonnegative_float, default=1.0,
                         help="price of an uncached input token (default 1.0; the cache prices "
                         "are relative to it)")
-    parser.add_argument("--price-write", type=float, default=1.25, help="cache write per token")
-    parser.add_argument("--price-read", type=float, default=0.1, help="cache read per token")
-    parser.add_argument("--model", default=None,
+    parser.add_argument("--price-write", type=nonnegative_float, default=1.25,
+                        help="cache write per token")
+    parser.add_argument("--price-read", type=nonnegative_float, default=0.1,
+                        help="cache read per token")
+    parser.add_argument("--model", default=None, type=text("model"),
                         help="provider/id passed to select_context: its provider sets the cache "
                         "prices distillation's edits are weighed with (default: Anthropic's)")
-    parser.add_argument("--recover-sample", type=int, default=100,
+    parser.add_argument("--recover-sample", type=number("replay.recover_sample"), default=100,
                         help="identifiers looked up with search_history (default 100)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-request rows")
     parser.add_argument("--json", action="store_true", help="the whole report as JSON")
