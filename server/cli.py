@@ -236,7 +236,7 @@ def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.server.commands.demo import run_demo
 
     with progress_for(args) as progress:
-        return run_demo(args, progress.emit, progress)
+        return run_demo(args, progress.emit, progress, settings)
 
 
 class Parser(argparse.ArgumentParser):
