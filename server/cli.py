@@ -30,6 +30,7 @@ from context_paging.server.config import Settings, load_settings
 from context_paging.server.errors import failure
 from context_paging.server.progress import add_quiet, progress_for
 from context_paging.server.setup import clients
+from context_paging.server.table import fit, terminal_width
 
 from context_paging import __version__
 
@@ -53,13 +54,15 @@ def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
         roots = ", ".join(f"{k}={v}" for k, v in settings.roots.items())
         print(f"No sessions found under the configured roots ({roots}).")
         return 0
-    print(render_sessions(summaries))
+    print(render_sessions(summaries, width=terminal_width()))
     return 0
 
 
-def render_sessions(summaries: Sequence[SessionSummary], home: str | None = None) -> str:
+def render_sessions(summaries: Sequence[SessionSummary], home: str | None = None,
+                    width: int | None = None) -> str:
     """A readable table: reference, last update, size, project, title; a subagent's title
-    says whose subagent it is."""
+    says whose subagent it is. ``width``: the terminal's, which the rows fit (server/table.py;
+    None: full width)."""
     home = home if home is not None else os.path.expanduser("~")
     rows = [("SESSION", "UPDATED (UTC)", "SIZE", "PROJECT", "TITLE")]
     for s in summaries:
@@ -69,11 +72,7 @@ def render_sessions(summaries: Sequence[SessionSummary], home: str | None = None
             source, _, parent = s.parent.partition(":")
             title = f"[subagent of {source}:{parent[:8]}] {title}"
         rows.append((s.ref, updated, _size(s.size), _project(s.cwd, home), _cut(title, 60)))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
-        for row in rows
-    )
+    return fit(rows, width, keep=(0,))  # the reference is what one copies: never cut
 
 
 def _project(cwd: str | None, home: str) -> str:
