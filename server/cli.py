@@ -11,39 +11,29 @@ A command imports what it needs inside its own function: building the parser and
 from __future__ import annotations
 
 import _thread
-import argparse
-import logging
 import os
 import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING
-
-from context_paging.index import private
-from context_paging.index.search.notes import DEFAULT_SESSION_RULE
-from context_paging.server.bounds import at_most, number, text
-from context_paging.server.commands import forget as forget_cli
-from context_paging.server.commands import recovery as terminal_cli
-from context_paging.server.commands.recovery import json_text, print_json, render_references
-from context_paging.server.config import Settings, load_settings
-from context_paging.server.errors import failure
-from context_paging.server.progress import add_quiet, progress_for
-from context_paging.server.setup import clients
-from context_paging.server.table import fit, terminal_width
 
 from context_paging import __version__
 
+# ``--version`` loads nothing but this module: every other import is inside the function that
+# needs it, and typing's names are read by type checkers only (bench/version_bench.py).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     import threading
+    from collections.abc import Callable, Sequence
 
     from context_paging.index.catalog import SessionSummary
+    from context_paging.server.config import Settings
 
-Command = Callable[[argparse.Namespace, Settings], int]
+    Command = Callable[[argparse.Namespace, Settings], int]
 
 
 def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.index.catalog import Catalog
+    from context_paging.server.commands.recovery import print_json
+    from context_paging.server.table import terminal_width
 
     catalog = Catalog(settings.roots, cache=settings.home / "catalog.json")
     summaries = catalog.summaries(args.source, args.project)[: args.limit]
@@ -63,6 +53,8 @@ def render_sessions(summaries: Sequence[SessionSummary], home: str | None = None
     """A readable table: reference, last update, size, project, title; a subagent's title
     says whose subagent it is. ``width``: the terminal's, which the rows fit (server/table.py;
     None: full width)."""
+    from context_paging.server.table import fit
+
     home = home if home is not None else os.path.expanduser("~")
     rows = [("SESSION", "UPDATED (UTC)", "SIZE", "PROJECT", "TITLE")]
     for s in summaries:
@@ -155,6 +147,8 @@ def _stop_on_interrupt(history, lock: threading.Lock) -> None:
 
 
 def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server.progress import progress_for
+
     with progress_for(args, patient=True) as progress:
         progress.phase("reading the session and searching")
         history = _history(settings)
@@ -172,6 +166,8 @@ def _cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print_search(args: argparse.Namespace, reply, progress) -> None:
+    from context_paging.server.commands.recovery import json_text, render_references
+
     if args.json:
         from context_paging.server.mcp.tools import search_result
 
@@ -189,6 +185,8 @@ def _print_search(args: argparse.Namespace, reply, progress) -> None:
 
 
 def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server.progress import progress_for
+
     with progress_for(args) as progress:
         progress.phase("looking for changed sessions" if args.all else "starting")
         history = _history(settings)
@@ -210,12 +208,15 @@ def _cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server.setup import clients
+
     print(clients.render_config(settings))
     return 0
 
 
 def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.index.stats import render
+    from context_paging.server.commands.recovery import print_json
 
     history = _history(settings)
     try:
@@ -233,20 +234,35 @@ def _cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from context_paging.server.commands.demo import run_demo
+    from context_paging.server.progress import progress_for
 
     with progress_for(args) as progress:
         return run_demo(args, progress.emit, progress, settings)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose usage errors are one line: what was wrong, and where to look."""
+def _parser_class() -> type[argparse.ArgumentParser]:
+    import argparse
 
-    def error(self, message: str):  # argparse never returns from it
-        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+    class Parser(argparse.ArgumentParser):
+        """argparse's parser whose usage errors are one line: what was wrong, where to look."""
+
+        def error(self, message: str):  # argparse never returns from it
+            self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+    return Parser
 
 
 def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
-    parser = Parser(
+    import argparse
+
+    from context_paging.index.search.notes import DEFAULT_SESSION_RULE
+    from context_paging.server.bounds import at_most, number, text
+    from context_paging.server.commands import forget as forget_cli
+    from context_paging.server.commands import recovery as terminal_cli
+    from context_paging.server.progress import add_quiet
+    from context_paging.server.setup import clients
+
+    parser = _parser_class()(
         prog="context-paging",
         description="A rolling context window for coding agents, "
         "with exact recovery of old history.",
@@ -370,12 +386,13 @@ _said = _thread.allocate_lock()  # held once the line is out
 def _say_interrupted() -> None:
     """The one line, once, whichever of the clean exit and the deadline comes first."""
     if _said.acquire(blocking=False):
-        with suppress(Exception):
+        try:
             print(INTERRUPTED, file=sys.stderr, flush=True)
+        except Exception:  # stderr closed: the status still says it
+            pass
 
 
-@contextmanager
-def _interruptible() -> Iterator[None]:
+def _interruptible() -> Callable[[], None]:
     """Ctrl-C ends a command with one line on stderr and status 130, never a traceback or a wait.
 
     The first SIGINT raises KeyboardInterrupt as usual, so ``finally`` blocks close the index
@@ -383,18 +400,20 @@ def _interruptible() -> Iterator[None]:
     within ``STOP_WITHIN`` seconds, or a second Ctrl-C comes, the process ends at once with the
     same line (an index commit cut short leaves the previous one intact: docs/reliability.md).
     ``serve`` puts its own handler in place of this one. Outside the main thread (a test calling
-    :func:`main` from a thread) nothing changes.
+    :func:`main` from a thread) nothing changes. Returns what puts the old handler back.
     """
     import signal
     import threading
+    import time
 
     if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+        return lambda: None
 
     def now(*_: object) -> None:
-        with suppress(Exception):
+        try:
             sys.stdout.flush()
+        except Exception:  # a closed or broken stdout: exiting anyway
+            pass
         _say_interrupted()
         os._exit(130)
 
@@ -405,17 +424,24 @@ def _interruptible() -> Iterator[None]:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, first)
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         if signal.getsignal(signal.SIGINT) is first:  # not interrupted: as it was
             signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # no parser to build
         print(f"context-paging {__version__}")
         return 0
+    import logging
+
+    from context_paging.index import private
+    from context_paging.server.config import load_settings
+    from context_paging.server.errors import failure
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,
@@ -426,9 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     private.restrict_umask()  # the home's files are the user's alone (index/private.py)
     private.secure_home(settings.home)
     run: Command = args.run
+    restore = _interruptible()
     try:
-        with _interruptible():
-            return run(args, settings)
+        return run(args, settings)
     except KeyboardInterrupt:
         _say_interrupted()
         return 130
@@ -442,8 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if failed.code == "INDEX_BUSY":  # another process is indexing: a retry will do
             print(f"context-paging: {failed.message}; try again in a moment", file=sys.stderr)
             return 75  # EX_TEMPFAIL
-        print(f"context-paging: {terminal_cli.terminal_message(exc)}", file=sys.stderr)
+        from context_paging.server.commands.recovery import terminal_message
+
+        print(f"context-paging: {terminal_message(exc)}", file=sys.stderr)
         return 2
+    finally:
+        restore()
 
 
 if __name__ == "__main__":
