@@ -293,15 +293,16 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
 
     search = commands.add_parser(
         "search", help="search session history",
-        description='Words rank by BM25; "a phrase" in double quotes must stand as written; '
-        "AND requires every word; -word leaves items out. " + DEFAULT_SESSION_RULE)
+        description='Items that match more of the words, and rarer ones, come first; "a '
+        'phrase" in double quotes must stand as written; AND requires every word; -word leaves '
+        "items out. " + DEFAULT_SESSION_RULE)
     search.add_argument("query", type=text("query"),
                         help="words, \"a phrase\", a path or an identifier; at "
                         "most 200 characters")
     search.add_argument("--session", type=text("id"), help="session reference (default: see above)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session",
                         help="search one session (default), every session of a project "
-                        "directory, or every session under the roots")
+                        "directory, or every session of every agent")
     search.add_argument("--project", type=text("id"), help="with --scope project: this directory "
                         "(default: the session's, else the current directory)")
     search.add_argument("--file", action=at_most("filters", append=True), type=text("id"),
@@ -323,7 +324,9 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     index = commands.add_parser("index", help="bring the search index up to date")
     index.add_argument("--session", type=text("id"),
                        help="session reference (default: this directory's newest)")
-    index.add_argument("--all", action="store_true", help="every session under the roots")
+    index.add_argument("--all", action="store_true",
+                       help="every session of every agent (the folders `context-paging "
+                       "config` lists under [sources])")
     add_quiet(index)
     index.set_defaults(run=_cmd_index)
 

@@ -165,26 +165,31 @@ def add_arguments(parser) -> None:
     parser.add_argument("session", nargs="?", metavar="SESSION", type=text("id"),
                         help="the same as --session (kept so older scripts keep working)")
     parser.add_argument("--budget", type=number("token_budget"), default=128_000,
-                        help="select_context's token budget (default 128000)")
+                        help="the window's budget in tokens (default 128000)")
     parser.add_argument("--trim-to", type=number("trim_to_tokens"), default=None,
-                        help="where a cut lands (default 5/8 of the budget)")
+                        help="how many tokens the window is cut down to once it passes the budget "
+                        "(default 5/8 of the budget)")
     parser.add_argument("--first-cut", type=fraction, default=None,
-                        help="where a cut with no remembered frontier lands, as a fraction of "
-                        "the budget (default 1.0: the target, upstream's rule; 0.375 cuts deeper)")
+                        help="where a conversation's first cut lands, as a share of the budget "
+                        "(default 1.0: where every later cut lands too; 0.375 cuts deeper, "
+                        "leaving more room before the next cut)")
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken",
-                        help="token estimator for every strategy (chars4 is about twice as fast)")
-    parser.add_argument("--no-distill", action="store_true", help="turn distillation off")
+                        help="how tokens are counted: tiktoken (the default) or chars4, characters "
+                        "divided by 4 (about twice as fast)")
+    parser.add_argument("--no-distill", action="store_true",
+                        help="do not shorten old tool outputs (distillation)")
     parser.add_argument("--model-window", type=number("model_window"), default=200_000,
-                        help="the model's context window passed to select_context; the "
-                        "compaction baseline's threshold follows from it (default 200000)")
+                        help="the model's context window in tokens (default 200000); the "
+                        "compaction it is compared with starts 33000 below it")
     parser.add_argument("--compact-at", type=positive_float, default=None,
-                        help="compaction baseline threshold (default: model window - 33000, "
-                        "Claude Code's auto-compact buffer: 167000 of 200000)")
+                        help="the size at which the compared compaction summarizes the "
+                        "conversation (default: model window - 33000, as Claude Code's "
+                        "auto-compact: 167000 of 200000)")
     parser.add_argument("--summary-tokens", type=nonnegative_float, default=3_500,
-                        help="size of the baseline's summary (default 3500)")
+                        help="tokens of that compaction's summary (default 3500)")
     parser.add_argument("--keep-tokens", type=nonnegative_float, default=0,
-                        help="newest messages the baseline keeps verbatim besides the current "
-                        "exchange (default 0, as Claude Code)")
+                        help="tokens of newest messages that compaction keeps word for word "
+                        "besides the current exchange (default 0, as Claude Code)")
     parser.add_argument("--price-uncached", type=nonnegative_float, default=1.0,
                         help="price of an uncached input token (default 1.0; the cache prices "
                         "are relative to it)")
@@ -193,10 +198,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--price-read", type=nonnegative_float, default=0.1,
                         help="cache read per token")
     parser.add_argument("--model", default=None, type=text("model"),
-                        help="provider/id passed to select_context: its provider sets the cache "
-                        "prices distillation's edits are weighed with (default: Anthropic's)")
+                        help="the model as provider/id: its provider's cache prices decide "
+                        "when shortening an old output pays for itself (default: Anthropic's)")
     parser.add_argument("--recover-sample", type=number("replay.recover_sample"), default=100,
-                        help="identifiers looked up with search_history (default 100)")
+                        help="identifiers (paths, error codes) from outputs that left the "
+                        "window to look up with search, to count how many are found again "
+                        "(default 100)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-request rows")
     parser.add_argument("--json", action="store_true", help="the whole report as JSON")
     parser.add_argument("--html", metavar="FILE", default=None,
