@@ -42,7 +42,7 @@ def _cmd_sessions(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if not summaries:
         roots = ", ".join(f"{k}={v}" for k, v in settings.roots.items())
-        print(f"No sessions found under the configured roots ({roots}).")
+        print(f"No sessions found in the configured session folders ({roots}).")
         return 0
     print(render_sessions(summaries, width=terminal_width()))
     return 0
