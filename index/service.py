@@ -521,15 +521,19 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
     # Ctrl-C is for this process alone: the terminal sends SIGINT to the whole process group,
     # and a worker interrupted mid-task prints a traceback and can die holding the pool's queue
     # lock, which hangs the pool's shutdown. Workers start with SIGINT blocked (the mask is
-    # inherited; one that arrives meanwhile waits here) and then ignore it.
+    # inherited) and then ignore it; one that reaches this process meanwhile waits, and is
+    # raised once the pool is in its ``with``, which ends the pool.
     mask = getattr(signal, "pthread_sigmask", None)  # POSIX; elsewhere the initializer alone
     blocked = mask(signal.SIG_BLOCK, {signal.SIGINT}) if mask else None
     try:
         pool = multiprocessing.get_context(method).Pool(workers, initializer=_ignore_interrupts)
-    finally:
+    except BaseException:
         if mask:
             mask(signal.SIG_SETMASK, blocked)
+        raise
     with pool:
+        if mask:
+            mask(signal.SIG_SETMASK, blocked)
         pending: deque = deque()
         queue = iter(files)
         for found in queue:
