@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -76,7 +77,11 @@ def run_demo(args: argparse.Namespace | None = None, emit: Emit = print,
         finally:
             history.close()
         if code == 0 and settings is not None:
-            emit(keep(Path(tmp), settings))
+            try:
+                emit(keep(Path(tmp), settings))
+            except Exception as exc:  # the tour itself went well: say why nothing was kept
+                print(f"context-paging: the demo's session was not kept in {settings.home}: "
+                      f"{exc}", file=sys.stderr)
         return code
 
 
