@@ -27,10 +27,11 @@ def terminal_width() -> int | None:
     return shutil.get_terminal_size().columns
 
 
-def fit(rows: Sequence[Sequence[str]], width: int | None, keep: Sequence[int] = ()) -> str:
-    """The rows (the first is the heading) as left-aligned columns, each row at most ``width``
-    characters when it can be (None: no limit). The columns in ``keep`` are never cut (a
-    reference to copy); the last column is not padded."""
+def fit(rows: Sequence[Sequence[str]], width: int | None, keep: Sequence[int] = (),
+        right: Sequence[bool] = ()) -> str:
+    """The rows (the first is the heading) as columns, each row at most ``width`` characters
+    when it can be (None: no limit). The columns in ``keep`` are never cut (a reference to
+    copy); those ``right`` marks True are right-aligned (numbers), the others left-aligned."""
     if not rows:
         return ""
     count = len(rows[0])
@@ -48,7 +49,8 @@ def fit(rows: Sequence[Sequence[str]], width: int | None, keep: Sequence[int] = 
     lines = []
     for row in rows:
         cells = [_cut(cell, widths[i]) for i, cell in enumerate(row)]
-        cells = [cell.ljust(widths[i]) for i, cell in enumerate(cells[:-1])] + cells[-1:]
+        cells = [cell.rjust(widths[i]) if i < len(right) and right[i] else cell.ljust(widths[i])
+                 for i, cell in enumerate(cells)]
         lines.append(GAP.join(cells).rstrip())
     return "\n".join(lines)
 

@@ -77,3 +77,17 @@ def test_sessions_on_a_real_terminal_fit_its_width(tmp_path):
     assert len(lines) > 3 and lines[0].startswith("SESSION")
     assert max(len(line) for line in lines) <= 100, lines
     assert any("…" in line for line in lines)
+
+
+def test_replay_tables_fit_the_width_they_are_given():
+    from context_paging.server.commands.demo import sample_path
+    from context_paging.server.replay.commands import request_table, totals_table
+    from context_paging.server.replay.run import ReplayOptions, replay
+
+    result = replay(str(sample_path()), ReplayOptions(budget=12_000, estimator="chars4",
+                                                      recover_sample=5))
+    assert max(len(line) for line in request_table(result).splitlines()) > 90
+    for table in (request_table(result, 90), totals_table(result, 100)):
+        lines = table.splitlines()
+        assert max(len(line) for line in lines) <= (90 if lines[0].startswith("REQ ") else 100)
+        assert lines[0].split()[:3] in (["REQ", "MSGS", "FULL"], ["STRATEGY", "REQUESTS", "PEAK"])

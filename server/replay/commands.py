@@ -22,17 +22,16 @@ def _pct(share: float | None) -> str:
     return "—" if share is None else f"{100 * share:.1f}%"
 
 
-def _table(rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [c.rjust(w) if r else c.ljust(w)
-                 for c, w, r in zip(row, widths, right, strict=False)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+def _table(rows: Sequence[Sequence[str]], right: Sequence[bool],
+           width: int | None = None) -> str:
+    """Columns fitted to ``width`` (server/table.py); the first (the request, the strategy)
+    is never cut."""
+    from context_paging.server.table import fit
+
+    return fit(rows, width, keep=(0,), right=right)
 
 
-def request_table(replay: Replay) -> str:
+def request_table(replay: Replay, width: int | None = None) -> str:
     rows = [("REQ", "MSGS", "FULL", "COMPACTION", "WINDOW", "PREFIX", "DISTILLED", "MODE",
              "EVENT")]
     for r in replay.rows:
@@ -49,10 +48,10 @@ def request_table(replay: Replay) -> str:
         rows.append((str(r.index + 1), str(r.messages), _k(r.full.tokens),
                      _k(r.compaction.tokens), _k(r.window.tokens), _pct(share), str(r.distilled),
                      r.mode, ", ".join(events)))
-    return _table(rows, (True, True, True, True, True, True, True, False, False))
+    return _table(rows, (True, True, True, True, True, True, True, False, False), width)
 
 
-def totals_table(replay: Replay) -> str:
+def totals_table(replay: Replay, width: int | None = None) -> str:
     from context_paging.server.replay.run import STRATEGIES
 
     t = replay.totals()
@@ -65,7 +64,7 @@ def totals_table(replay: Replay) -> str:
                            for c in causes if c in v.breaks) or "none"
         rows.append((name, str(v.requests), _k(v.peak), _k(v.cumulative), _pct(v.prefix_share),
                      f"{v.cost / 1000:,.1f}k", f"{v.uncached_cost / 1000:,.1f}k", breaks))
-    return _table(rows, (False, True, True, True, True, True, True, False))
+    return _table(rows, (False, True, True, True, True, True, True, False), width)
 
 
 def chart(replay: Replay, width: int = 64, height: int = 12) -> str:
@@ -99,7 +98,8 @@ def chart(replay: Replay, width: int = 64, height: int = 12) -> str:
     return "\n".join(lines)
 
 
-def render(replay: Replay, requests: bool = True) -> str:
+def render(replay: Replay, requests: bool = True, width: int | None = None) -> str:
+    """The report as text; its tables fit ``width`` (the terminal's; None: full width)."""
     d = replay.as_dict()
     o = replay.options
     ratios = d["ratios"]
@@ -115,8 +115,8 @@ def render(replay: Replay, requests: bool = True) -> str:
             f"{o.prices.cache_read}")
     parts = [head]
     if requests:
-        parts.append(request_table(replay))
-    parts.append(totals_table(replay))
+        parts.append(request_table(replay, width))
+    parts.append(totals_table(replay, width))
 
     def ratio(x: float | None) -> str:
         return "—" if x is None else f"{x:.2f}x"
@@ -261,5 +261,7 @@ def run(args, settings) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))
     else:
-        print(render(result, requests=not args.summary))
+        from context_paging.server.table import terminal_width
+
+        print(render(result, requests=not args.summary, width=terminal_width()))
     return 0
