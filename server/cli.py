@@ -383,19 +383,22 @@ INTERRUPTED = "context-paging: interrupted"
 STOP_WITHIN = 2.0  # seconds a Ctrl-C'd command has to let its clean-up finish
 
 
-_said = _thread.allocate_lock()  # held once the line is out
+def _say_once() -> Callable[[], None]:
+    """What prints the one line, once, whichever of the clean exit and the deadline comes
+    first (one per run of :func:`main`)."""
+    said = _thread.allocate_lock()  # held once the line is out
+
+    def say() -> None:
+        if said.acquire(blocking=False):
+            try:
+                print(INTERRUPTED, file=sys.stderr, flush=True)
+            except Exception:  # stderr closed: the status still says it
+                pass
+
+    return say
 
 
-def _say_interrupted() -> None:
-    """The one line, once, whichever of the clean exit and the deadline comes first."""
-    if _said.acquire(blocking=False):
-        try:
-            print(INTERRUPTED, file=sys.stderr, flush=True)
-        except Exception:  # stderr closed: the status still says it
-            pass
-
-
-def _interruptible() -> Callable[[], None]:
+def _interruptible(say: Callable[[], None]) -> Callable[[], None]:
     """Ctrl-C ends a command with one line on stderr and status 130, never a traceback or a wait.
 
     The first SIGINT raises KeyboardInterrupt as usual, so ``finally`` blocks close the index
@@ -417,7 +420,7 @@ def _interruptible() -> Callable[[], None]:
             sys.stdout.flush()
         except Exception:  # a closed or broken stdout: exiting anyway
             pass
-        _say_interrupted()
+        say()
         os._exit(130)
 
     def first(signum: int, frame: object) -> None:
@@ -455,11 +458,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     private.restrict_umask()  # the home's files are the user's alone (index/private.py)
     private.secure_home(settings.home)
     run: Command = args.run
-    restore = _interruptible()
+    say = _say_once()
+    restore = _interruptible(say)
     try:
         return run(args, settings)
     except KeyboardInterrupt:
-        _say_interrupted()
+        say()
         return 130
     except BrokenPipeError:  # output piped into head(1) or a pager that quit: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
