@@ -57,6 +57,12 @@ def between(name: str) -> dict[str, int | None]:
     return {"ge": low, "le": high}
 
 
+def span(name: str) -> str:
+    """A number's bounds as a flag's metavar: "1-50"."""
+    low, high = NUMBERS[name]
+    return f"{low}-{high}"
+
+
 def describe(bound: Bound) -> str:
     """The bound in words: "from 1 to 50", "0 or more"."""
     if bound.high is None:

@@ -256,7 +256,7 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     import argparse
 
     from context_paging.index.search.notes import DEFAULT_SESSION_RULE
-    from context_paging.server.bounds import at_most, number, text
+    from context_paging.server.bounds import LENGTHS, at_most, number, span, text
     from context_paging.server.commands import forget as forget_cli
     from context_paging.server.commands import recovery as terminal_cli
     from context_paging.server.progress import add_quiet
@@ -298,7 +298,7 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
         "items out. " + DEFAULT_SESSION_RULE)
     search.add_argument("query", type=text("query"),
                         help="words, \"a phrase\", a path or an identifier; at "
-                        "most 200 characters")
+                        f"most {LENGTHS['query']} characters")
     search.add_argument("--session", type=text("id"), help="session reference (default: see above)")
     search.add_argument("--scope", choices=("session", "project", "all"), default="session",
                         help="search one session (default), every session of a project "
@@ -313,7 +313,8 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     search.add_argument("--failed", action=argparse.BooleanOptionalAction, default=None,
                         help="only turns whose tool call failed (--no-failed: only turns "
                         "without a failure; default: both)")
-    search.add_argument("--limit", type=number("search.limit"), default=5, metavar="1-50",
+    search.add_argument("--limit", type=number("search.limit"), default=5,
+                        metavar=span("search.limit"),
                         help="references to return (default 5)")
     search.add_argument("--offset", type=number("search.offset"), default=0,
                         help="hits to skip (the next page)")

@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from context_paging.server.bounds import at_most, number, text
+from context_paging.server.bounds import NUMBERS, at_most, number, span, text
 from context_paging.server.config import Settings
 
 if TYPE_CHECKING:
@@ -300,7 +300,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         help="first line (1-based); with --pattern "
                         "it counts matching lines")
     recall.add_argument("--limit", type=number("recall.limit"),
-                        help="lines to print (at most 2000)")
+                        help=f"lines to print (at most {NUMBERS['recall.limit'].high})")
     session_and_json(recall)
     recall.set_defaults(run=_cmd_recall)
 
@@ -313,9 +313,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         help="anchor item (default: the newest or oldest end)")
     anchor.add_argument("--sequence", type=number("browse.sequence"),
                         help="anchor by position (0 = oldest)")
-    browse.add_argument("--count", type=number("browse.count"), default=5, metavar="1-10",
+    browse.add_argument("--count", type=number("browse.count"), default=5,
+                        metavar=span("browse.count"),
                         help="references to return (default 5)")
-    browse.add_argument("--stride", type=number("browse.stride"), default=1, metavar="1-10",
+    browse.add_argument("--stride", type=number("browse.stride"), default=1,
+                        metavar=span("browse.stride"),
                         help="take every Nth item, to skim a long session (default 1: each)")
     session_and_json(browse)
     browse.set_defaults(run=_cmd_browse)
