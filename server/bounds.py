@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-MAX_SAFE_INTEGER = 2**53 - 1  # token counts: JavaScript's safe integers (docs/selection.md)
+from context_paging.paging.limits import MAX_SAFE_INTEGER  # token counts (docs/selection.md)
 
 
 class Bound(NamedTuple):
