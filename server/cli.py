@@ -449,7 +449,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from context_paging.server.config import load_settings
     from context_paging.server.errors import failure
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not list(sys.argv[1:] if argv is None else argv):  # a first try: what there is to run
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.DEBUG if args.verbose else logging.WARNING,

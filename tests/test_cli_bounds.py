@@ -92,3 +92,9 @@ def test_each_tool_states_the_lengths_its_flags_check():
     pattern = _schema("recall")["pattern"]["anyOf"]
     assert next(o["maxLength"] for o in pattern if "maxLength" in o) == LENGTHS["pattern"]
     assert _schema("load_history")["history_ids"]["maxItems"] == LENGTHS["history_ids"]
+
+
+def test_no_command_at_all_shows_the_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: context-paging") and "everyday:" in out
