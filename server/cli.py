@@ -346,8 +346,14 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     stats.set_defaults(run=_cmd_stats)
     terminal_cli.add_commands(commands)
 
-    demo = commands.add_parser("demo", help="a tour on a bundled sample session: the window "
-                               "request by request, then recovering what left it")
+    demo = commands.add_parser(
+        "demo", help="a tour on a bundled sample session: the window request by request, then "
+        "recovering what left it",
+        description="A tour on a bundled sample session: the window request by request, then "
+        "recovering what left it. It runs in a throwaway directory, then keeps its session in "
+        "your data directory as ledger:demo-flaky-checkout (and the sample file in demo/), so "
+        "the commands of docs/getting-started.md run on it; `context-paging forget --session "
+        "ledger:demo-flaky-checkout` deletes it.")
     add_quiet(demo)
     demo.set_defaults(run=_cmd_demo)
 
