@@ -397,8 +397,9 @@ def _say_once() -> Callable[[], None]:
 
     def say() -> None:
         if said.acquire(blocking=False):
-            try:
-                print(INTERRUPTED, file=sys.stderr, flush=True)
+            try:  # on a terminal, over a progress bar the deadline left drawn
+                clear = "\r\x1b[K" if sys.stderr.isatty() else ""
+                print(clear + INTERRUPTED, file=sys.stderr, flush=True)
             except Exception:  # stderr closed: the status still says it
                 pass
 
