@@ -23,7 +23,8 @@ GROUPS = {
     "everyday": ("demo", "sessions", "search", "browse", "show", "output", "recall", "stats",
                  "replay"),
     "agents and proxy": ("run", "proxy", "install-proxy", "uninstall-proxy", "doctor"),
-    "host and diagnostics": ("serve", "install-config", "index", "config", "forget"),
+    "host and diagnostics": ("serve", "install-config", "uninstall-config", "index", "config",
+                             "forget"),
 }
 OTHER = "other commands"
 
