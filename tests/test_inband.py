@@ -771,3 +771,28 @@ def test_a_stream_with_thinking_ping_and_split_input_is_rebuilt_exactly_for_the_
         {"type": "thinking", "thinking": "The start left; search it.", "signature": "sig-abc"},
         {"type": "tool_use", "id": "toolu_inband_7", "name": "search_history",
          "input": {"query": "marker-turn-0", "limit": 2}}]}
+
+
+def test_a_request_with_the_offered_tools_asks_only_for_encodings_the_proxy_can_read(stack):
+    stack.client.post("/v1/messages", content=json.dumps({
+        "model": "claude-fake", "max_tokens": 10, "tools": TOOLS,
+        "messages": [{"role": "user", "content": "hi"}]}).encode(),
+        headers={"x-api-key": "k", "content-type": "application/json",
+                 "accept-encoding": "br, gzip;q=0.9, zstd, deflate"})
+    sent = stack.provider.requests[-1]
+    assert OFFERED <= {t["name"] for t in sent.json()["tools"]}
+    assert sent.headers["accept-encoding"] == "gzip;q=0.9, deflate"
+
+
+def test_a_gzip_reply_is_read_answered_and_relayed_decoded(stack):
+    import gzip
+
+    messages = paged_conversation(stack)
+    first = anthropic_message([{"type": "text", "text": "Zipped."}, SEARCH], "tool_use")
+    zipped = Reply(200, (("content-type", "application/json"), ("content-encoding", "gzip")),
+                   (gzip.compress(first.body),))
+    stack.provider.queue.extend([zipped, anthropic_message(
+        [{"type": "text", "text": "Done."}], "end_turn")])
+    reply = stack.post(messages, stream=False)
+    assert "content-encoding" not in reply.headers
+    assert [b["text"] for b in reply.json()["content"]] == ["Zipped.", "Done."]

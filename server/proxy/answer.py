@@ -40,6 +40,20 @@ USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_t
 READABLE = frozenset({"", "identity", "gzip", "deflate"})
 
 
+def readable(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The request's headers with ``Accept-Encoding`` narrowed to the encodings the proxy can
+    read, so a reply it may have to answer in band never comes in one it cannot (brotli,
+    zstd)."""
+    out = []
+    for key, value in headers:
+        if key.lower() == b"accept-encoding":
+            kept = [part.strip() for part in value.decode("latin-1").split(",")
+                    if part.split(";")[0].strip().lower() in READABLE]
+            value = ", ".join(kept).encode("latin-1") or b"identity"
+        out.append((key, value))
+    return out
+
+
 @dataclass
 class Turn:
     """One agent request being answered: where its reply's hidden exchange belongs."""

@@ -306,6 +306,8 @@ class Proxy:
                        turn: answer.Turn | None = None) -> Response:
         base = self.upstreams.for_request(request.url.path, request.headers)
         headers = _forwarded_headers(request.headers.raw)
+        if turn is not None:  # a reply the proxy may answer in band must be readable
+            headers = answer.readable(headers)
         if not isinstance(body, bytes):  # streamed: the length it declared, else chunked
             headers += [(k, v) for k, v in request.headers.raw if k.lower() == b"content-length"]
         upstream = httpx.Request(request.method, base + _target(request.scope),
