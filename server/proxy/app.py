@@ -9,7 +9,9 @@ rest as received: other fields byte for byte, every header (authentication inclu
 string. Every other path (``count_tokens``, model lists, telemetry) is forwarded untouched.
 
 Replies stream back as they arrive, raw bytes, whatever the status: a provider's 429 or 529 and
-its body reach the agent as the provider sent them.
+its body reach the agent as the provider sent them. The exception is a conversation the proxy
+offers its own recovery tools to (the agent has none; server/proxy/inband.py): its replies are
+read as they pass, and calls of those tools are answered in band (server/proxy/answer.py).
 
 It fails open: an unknown body shape, a compressed body, disabled paging or any internal error
 sends the original bytes and logs one line on stderr. Headers are never logged or stored.
