@@ -796,3 +796,9 @@ def test_a_gzip_reply_is_read_answered_and_relayed_decoded(stack):
     reply = stack.post(messages, stream=False)
     assert "content-encoding" not in reply.headers
     assert [b["text"] for b in reply.json()["content"]] == ["Zipped.", "Done."]
+
+
+def test_the_offered_tools_name_no_tool_that_is_not_offered():
+    text = json.dumps(inband.definitions())
+    for other in ("browse_history", "load_history", "list_sessions", "select_context"):
+        assert other not in text

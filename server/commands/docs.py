@@ -29,6 +29,9 @@ CONFIG_PAGE = ROOT / "docs" / "configuration.md"
 # snapshot: the tools a model calls to page history back, scoped to the proxied conversation.
 OFFERED_FILE = ROOT / "server" / "data" / "recovery-tools.json"
 OFFERED = ("search_history", "read_context_output", "recall")
+# Follow-ups a description names that are not offered in band, and what it names instead.
+NOT_OFFERED = {"follow up with recall, load_history or browse_history":
+               "follow up with recall or read_context_output"}
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -88,7 +91,8 @@ def snapshot_tools() -> list[dict[str, Any]]:
 
 def offered_tools(tools: list[dict[str, Any]]) -> str:
     """The in-band tools' definitions file: name, description and input schema of each offered
-    tool, without its ``session`` argument (the proxy scopes the call to the conversation)."""
+    tool, without its ``session`` argument (the proxy scopes the call to the conversation), and
+    naming no tool that is not offered."""
     out = []
     for tool in tools:
         if tool["name"] not in OFFERED:
@@ -96,8 +100,10 @@ def offered_tools(tools: list[dict[str, Any]]) -> str:
         schema = dict(tool["inputSchema"])
         schema["properties"] = {k: v for k, v in schema.get("properties", {}).items()
                                 if k != "session"}
-        out.append({"name": tool["name"], "description": tool.get("description", ""),
-                    "input_schema": schema})
+        text = tool.get("description", "")
+        for named, offered in NOT_OFFERED.items():  # name only tools the model is given
+            text = text.replace(named, offered)
+        out.append({"name": tool["name"], "description": text, "input_schema": schema})
     return json.dumps(out, indent=1, ensure_ascii=False) + "\n"
 
 
