@@ -426,6 +426,9 @@ def test_responses_calls_are_answered_in_band_and_put_back_in_place(stack, strea
     assert after.value["input"][-5:-2] == follow.value["input"][-3:]
     end = follow.spans["input"][1] - 1
     assert after.raw[:end] == follow.raw[:end]
+    stack.restart()  # the records are read back from the home: the same bytes go upstream
+    post_openai(stack, "/v1/responses", {**body, "input": later})
+    assert stack.upstream_bodies_of("input")[-1].raw == after.raw
 
 
 def chat_stream(text: str, calls: list[dict], finish: str, prompt: int) -> Reply:
