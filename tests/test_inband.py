@@ -805,3 +805,22 @@ def test_the_offered_tools_name_no_tool_that_is_not_offered():
     text = json.dumps(inband.definitions())
     for other in ("browse_history", "load_history", "list_sessions", "select_context"):
         assert other not in text
+
+
+@pytest.mark.parametrize("api", ["anthropic", "responses"])
+def test_a_streamed_reply_without_an_offered_call_reaches_the_agent_byte_for_byte(stack, api):
+    from tests.fake_provider import responses_items_stream
+
+    if api == "anthropic":
+        first = anthropic_stream([{"type": "text", "text": "Plain."}], "end_turn")
+        stack.provider.queue.append(first)
+        reply = stack.post([{"role": "user", "content": "hi"}], stream=True)
+    else:
+        first = responses_items_stream([said("Plain.")])
+        stack.provider.queue.append(first)
+        reply = post_openai(stack, "/v1/responses", {
+            "model": "gpt-fake", "tools": SHELL, "stream": True, "prompt_cache_key": "p",
+            "input": [{"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "hi"}]}]})
+    assert OFFERED <= {t["name"] for t in stack.provider.requests[-1].json()["tools"]}
+    assert reply.content == first.body

@@ -450,6 +450,7 @@ class _ResponsesMerge(_Merge):
         self.opening: dict[str, Any] | None = None  # the first round's response
         self.shown_items: list[Any] = []
         self.last: dict[str, Any] | None = None  # the latest round's final event
+        self.held = b""  # its bytes, as received
 
     def begin(self) -> None:
         self.shown: dict[int, int] = {}
@@ -466,7 +467,7 @@ class _ResponsesMerge(_Merge):
                 self.opening = data.get("response") or {}
             return self._send(data, raw) if self.first else b""
         if kind in ("response.completed", "response.incomplete"):
-            self.last = data
+            self.last, self.held = data, raw
             response = data.get("response") or {}
             self.output = list(response.get("output") or [])
             self.round_usage = response.get("usage")
@@ -502,6 +503,10 @@ class _ResponsesMerge(_Merge):
         return [i for i in self.output if self.turn.offered(i)], kept, self.output, len(kept)
 
     def final(self, rounds: bool, mixed: bool | None) -> bytes:
+        if not rounds and self.last is not None and (
+                self.last.get("sequence_number") in (None, self.sequence)):
+            self.sequence += 1
+            return self.held  # nothing was answered: the provider's own ending
         last = dict(self.last or {"type": "response.completed", "response": {}})
         response = dict(last.get("response") or {})
         if rounds:
