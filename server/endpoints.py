@@ -7,3 +7,6 @@ Kept apart from server/proxy/app.py so the commands that only name them (the pro
 DEFAULT_ANTHROPIC = "https://api.anthropic.com"
 DEFAULT_OPENAI = "https://api.openai.com"
 HEALTH_PATH = "/_context-paging/health"
+# The live view and its JSON (server/proxy/view.py, docs/live-view.md): every path under it
+# needs the view's token.
+VIEW_PREFIX = "/context-paging/"

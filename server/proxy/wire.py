@@ -302,6 +302,20 @@ def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]
     return None
 
 
+def agent_name(api: Api, headers: Mapping[str, str]) -> str:
+    """Which agent sent the request, as the live view names it: from the headers each one
+    sends (Claude Code its session header and ``claude-cli`` user agent, Codex its
+    ``originator``), else the API's name."""
+    agent = headers.get("user-agent", "").lower()
+    if "x-claude-code-session-id" in headers or "claude-cli" in agent:
+        return "claude-code"
+    if "codex" in headers.get("originator", "").lower() or "codex" in agent:
+        return "codex"
+    if agent.startswith("pi") or "pi-coding-agent" in agent:
+        return "pi"
+    return api.name
+
+
 def opening(api: Api, value: Mapping[str, Any]) -> str:
     """A short digest of how the conversation opens: its first message (for OpenAI, the first
     user message that is not set-up) without cache markers, and whether tools are sent."""
