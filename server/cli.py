@@ -307,6 +307,10 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")
     stats.add_argument("--json", action="store_true", help="the paging_stats reply as JSON")
     stats.set_defaults(run=_cmd_stats)
+    statusline = commands.add_parser(
+        "statusline", help="one line for Claude Code's status bar: the window against the "
+        "budget, saved, cache reads, cut advances (reads Claude Code's JSON on stdin)")
+    statusline.set_defaults(run=_cmd_statusline)
     terminal_cli.add_commands(commands)
 
     demo = commands.add_parser("demo", help="a tour on a bundled sample session: the window "
@@ -330,6 +334,12 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     return cli_help.finish(parser) if grouped_help else cli_help.describe(parser)
 
 
+def _cmd_statusline(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server import statusline
+
+    return statusline.main(["--home", str(settings.home)])
+
+
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
     """``section.key=value`` flags; values are TOML scalars when they parse as one."""
     from context_paging.server.config import _parse_env
@@ -344,7 +354,8 @@ def _overrides(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # no parser to build
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words == ["--version"]:  # no parser to build
         print(f"context-paging {__version__}")
         return 0
     args = build_parser().parse_args(argv)

@@ -278,6 +278,9 @@ def install_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", action="store_true",
                         help="also a user service that starts the proxy at log-in (a systemd "
                         "user unit on Linux, a launchd agent on macOS)")
+    parser.add_argument("--statusline", action="store_true",
+                        help="with --client claude-code: also Claude Code's status line "
+                        "(context-paging statusline: the window, savings, cache reads)")
     parser.add_argument("--write", action="store_true",
                         help="apply the changes (the original of each file is kept once, for "
                         "uninstall-proxy)")
@@ -292,7 +295,10 @@ def uninstall_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _changes(args: argparse.Namespace, home: Path) -> list[agents.Change]:
     server_home = getattr(args, "home", None)
-    changes = agents.planned_changes(args.client, args.port, home, server_home) \
+    statusline = getattr(args, "statusline", False)
+    if statusline and args.client != "claude-code":
+        raise ValueError("--statusline is for --client claude-code (Claude Code's status bar)")
+    changes = agents.planned_changes(args.client, args.port, home, server_home, statusline) \
         if args.client else []
     if args.service:
         path = service.service_file(home)

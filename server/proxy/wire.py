@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from context_paging.paging.resident import is_agent_context
+from context_paging.server.endpoints import safe_name
 
 _DECODER = json.JSONDecoder()
 _string = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -340,19 +341,6 @@ def without_markers(value: Any) -> Any:
     return value
 
 
-def safe_name(session: str) -> str:
-    """The agent's id as a file-safe name, one to one: letters, digits, ``.`` and ``-`` stay,
-    every other byte (``_`` included) becomes ``_`` and two hex digits, so ``team/a`` and
-    ``team-a`` stay apart. A name longer than 80 keeps 60 characters, then ``__`` (which no
-    escape makes) and a digest of the whole."""
-    name = "".join(c if _SAFE.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode())
-                   for c in session)
-    if len(name) > 80:
-        name = name[:60] + "__" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
-    return name
-
-
-_SAFE = re.compile(r"[A-Za-z0-9.-]")
 
 
 def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,16 +91,49 @@ def _json_change(path: Path, patch: dict[str, Any], what: str, *keys: tuple[str,
     return Change(path, _json(_merge(_load_json(path), patch)), what, undo.json_keys(*keys))
 
 
+def statusline_command(server_home: str | None = None) -> str:
+    """The command Claude Code's ``statusLine`` runs: this install's ``statusline``."""
+    command, prefix = clients.server_command()
+    home = ["--home", os.path.abspath(os.path.expanduser(server_home))] if server_home else []
+    return shlex.join([command, *prefix, *home, "statusline"])
+
+
+def is_our_statusline(value: Any) -> bool:
+    command = value.get("command") if isinstance(value, dict) else None
+    return isinstance(command, str) and command.endswith(" statusline") and any(
+        word in command for word in ("context-paging", "context_paging"))
+
+
+def _claude_settings_reverse(current: str, original: str | None) -> str | None:
+    """Claude Code's settings without install-proxy's keys; the status line goes back to the
+    original's only while it is still ours (one the user set since stays)."""
+    keys = [("env", "ANTHROPIC_BASE_URL"), ("env", "DISABLE_AUTO_COMPACT")]
+    try:
+        ours = is_our_statusline(json.loads(current).get("statusLine"))
+    except (ValueError, AttributeError):
+        ours = False
+    if ours:
+        keys.append(("statusLine",))
+    return undo.json_keys(*keys)(current, original)
+
+
 def planned_changes(client: str, port: int, home: Path,
-                    server_home: str | None = None) -> list[Change]:
-    """What install-proxy writes for ``client``, file by file."""
+                    server_home: str | None = None, statusline: bool = False) -> list[Change]:
+    """What install-proxy writes for ``client``, file by file (``statusline``: Claude Code's
+    status line too, docs/live-view.md)."""
     url = f"http://127.0.0.1:{port}"
     if client == "claude-code":
         name = clients.DEFAULT_NAME
-        return [_json_change(home / ".claude" / "settings.json",
-                             {"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}},
-                             f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1",
-                             ("env", "ANTHROPIC_BASE_URL"), ("env", "DISABLE_AUTO_COMPACT")),
+        settings: dict[str, Any] = {"env": {"ANTHROPIC_BASE_URL": url,
+                                            "DISABLE_AUTO_COMPACT": "1"}}
+        what = f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1"
+        if statusline:
+            settings["statusLine"] = {"type": "command",
+                                      "command": statusline_command(server_home)}
+            what += "; statusLine (context-paging statusline)"
+        path = home / ".claude" / "settings.json"
+        return [Change(path, _json(_merge(_load_json(path), settings)), what,
+                       _claude_settings_reverse),
                 _json_change(home / ".claude.json",
                              {"mcpServers": {name: mcp_entry(server_home=server_home)}},
                              f"mcpServers.{name} (the recovery tools, for every project)",
@@ -211,6 +245,7 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
     if urls:
         lines += ["model API base URLs:", *urls]
     lines += ["MCP server registered:", *setup_checks.registrations(home, cwd or Path.cwd())]
+    lines.append(statusline_report(home))
     last = last_proxied(data_home)
     tally = conversation_stats(data_home, last) if last else None
     if tally:
@@ -224,6 +259,22 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
 
 
 SHOWN_CONVERSATIONS = 8
+
+
+def statusline_report(home: Path) -> str:
+    """Whether Claude Code's status line runs ``context-paging statusline`` (not a failure
+    when it does not: it is optional)."""
+    path = home / ".claude" / "settings.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("statusLine")
+    except (OSError, ValueError, AttributeError):
+        value = None
+    if is_our_statusline(value):
+        return f"Claude Code status line: {value['command']} ({path})"
+    if isinstance(value, dict) and value.get("command"):
+        return f"Claude Code status line: another command ({str(value['command'])[:80]})"
+    return ("Claude Code status line: not set (optional: context-paging install-proxy "
+            "--client claude-code --statusline --write)")
 
 
 def paging_report(data_home: Path) -> tuple[bool, list[str]]:
