@@ -119,6 +119,9 @@ class Proxy:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send, self.client)
             return
+        if scope["type"] == "websocket":  # a server with a WebSocket library hands it over
+            await _refuse_upgrade(send, scope)
+            return
         if scope["type"] != "http":
             return
         if _websocket_upgrade(scope):
@@ -499,17 +502,25 @@ def _websocket_upgrade(scope: Scope) -> bool:
     return any(k == b"upgrade" and v.lower() == b"websocket" for k, v in scope["headers"])
 
 
-async def _refuse_upgrade(send: Send) -> None:
+async def _refuse_upgrade(send: Send, scope: Scope | None = None) -> None:
     """Codex tries a WebSocket before HTTP and retries a refusal for about six seconds, except
     426 Upgrade Required, after which it posts at once (measured with Codex CLI 0.171.0). The
-    proxy pages HTTP requests only, so every upgrade gets that answer, without going upstream."""
+    proxy pages HTTP requests only, so every upgrade gets that answer, without going upstream.
+    ``scope``: a WebSocket scope (the server has a WebSocket library), answered through the
+    ASGI denial response where the server offers it, else closed (403)."""
     body = wire.dumps({"type": "error", "error": {
         "type": "invalid_request_error",
         "message": "context-paging proxy: WebSocket is not supported; use HTTP"}}).encode()
-    await send({"type": "http.response.start", "status": 426, "headers": [
+    kind = "http.response"
+    if scope is not None:
+        if "websocket.http.response" not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        kind = "websocket.http.response"
+    await send({"type": f"{kind}.start", "status": 426, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": f"{kind}.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> None:
