@@ -51,7 +51,7 @@ STATIC = {"": ("live-view.html", "text/html; charset=utf-8"),
 # The page's own rules: no script, style, image or connection from anywhere but the proxy.
 POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-PAGED_MODES = ("paged", "recovery", "protected_overflow")
+NOT_PAGED = ("within_budget", "disabled")  # every other mode left something out (as doctor)
 TURNS_SHOWN = 500  # turns out of the window listed, the newest first
 
 
@@ -220,7 +220,7 @@ def row(tally: dict[str, Any], series: list[dict[str, Any]]) -> dict[str, Any]:
         "api": tally.get("api"), "model": tally.get("model"),
         "first_seen": tally.get("first_seen"), "last_request": tally.get("updated"),
         "requests": int(tally.get("requests", 0)),
-        "paged": sum(int(modes.get(m, 0)) for m in PAGED_MODES),
+        "paged": sum(int(n) for m, n in modes.items() if m not in NOT_PAGED),
         "within_budget": int(modes.get("within_budget", 0)),
         "failed_open": int(tally.get("failed_open", 0)),
         "last_fail_open": tally.get("last_fail_open"),

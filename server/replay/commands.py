@@ -113,6 +113,9 @@ def render(replay: Replay, requests: bool = True) -> str:
             f"uncached {o.prices.uncached}, cache write {o.prices.cache_write}, cache read "
             f"{o.prices.cache_read}")
     parts = [head]
+    note = replay.budget_note()
+    if note:
+        parts.append(note)
     if requests:
         parts.append(request_table(replay))
     parts.append(totals_table(replay))
