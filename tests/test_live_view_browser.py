@@ -3,8 +3,9 @@
 Headless Chromium (Debian's ``chromium``) opens the URL ``context-paging view`` prints while a
 scripted Claude Code-like conversation runs through the proxy against the fake provider; the
 test reads what is on the screen: the conversation's row, its request count rising without a
-reload, the chart, a turn out of the window opened to its original. With
-``CONTEXT_PAGING_SCREENSHOTS=<folder>`` it also saves the screenshots docs/live-view.md shows.
+reload, the chart, a turn out of the window opened to its original; then the status line
+``context-paging statusline`` prints for the same session, drawn as a status bar. With
+``CONTEXT_PAGING_SCREENSHOTS=<folder>`` it saves the screenshots docs/live-view.md shows.
 
 Without a browser the test skips with one line, except where ``CONTEXT_PAGING_REQUIRE_AGENTS``
 is set (CI, whose .ci/run installs chromium): there a missing browser fails.
@@ -12,16 +13,21 @@ is set (CI, whose .ci/run installs chromium): there a missing browser fails.
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import subprocess
+import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
 from context_paging.server.proxy.commands import view_url
 
 from tests.browser import Browser, find_browser
+from tests.conftest import PROJECT
 from tests.test_live_view import Live, live  # noqa: F401  # the fixture
-from tests.test_proxy import claude_code_conversation
+from tests.test_proxy import SESSION, claude_code_conversation
 
 BINARY = find_browser()
 if BINARY is None and not os.environ.get("CONTEXT_PAGING_REQUIRE_AGENTS"):
@@ -35,12 +41,6 @@ def browser() -> Browser:
     opened = Browser(BINARY)
     yield opened
     opened.close()
-
-
-def cell(session: str, name: str) -> str:
-    return (f"(() => {{ const row = document.querySelector('#conversations tr[data-session="
-            f"{json.dumps(session)[1:-1]!s}\"]'.replace('\\\"', '\"')); "
-            f"return row && row.querySelector('td.{name}').textContent; }})()")
 
 
 def test_a_person_watches_the_window_work(live: Live, browser: Browser, tmp_path):  # noqa: F811
@@ -88,3 +88,18 @@ def test_a_person_watches_the_window_work(live: Live, browser: Browser, tmp_path
     browser.evaluate("document.querySelector('#detail .columns').scrollIntoView()")
     turns = browser.screenshot(shots / "live-view-turns.png", "#detail .columns")
     assert turns.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the status line Claude Code shows for the same session, drawn as its status bar
+    done = subprocess.run([sys.executable, "-m", "context_paging", "--home", str(live.home),
+                           "statusline"], input=json.dumps({"session_id": SESSION}).encode(),
+                          capture_output=True, cwd=PROJECT, timeout=120, check=True)
+    line = done.stdout.decode().strip()
+    assert line.startswith("paging: window ") and line.endswith(f"{advances} cuts")
+    bar = ("<body style='margin:0;background:#1e1e1e'><div id='bar' style='font:14px "
+           "monospace;color:#d4d4d4;background:#1e1e1e;padding:10px 14px;width:760px'>"
+           "<div style='color:#6a9955'>&gt; refactor the modules, starting with module_0"
+           "</div><div style='margin-top:8px;color:#9cdcfe'>" + html.escape(line)
+           + "</div></div></body>")
+    browser.open("data:text/html;charset=utf-8," + urllib.parse.quote(bar))
+    browser.wait_for("!!document.getElementById('bar')", "the status bar")
+    status = browser.screenshot(shots / "statusline.png", "#bar")
+    assert status.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
