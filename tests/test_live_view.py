@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import stat
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 from context_paging.index.proxied import ProxyLog, request_series, view_token
+from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.proxy import commands as proxy_cli
 from context_paging.server.proxy.view import View, conversation, conversations
@@ -275,3 +278,23 @@ def test_a_failed_open_request_shows_with_its_reason(tmp_path):
     assert found["fail_opens"][0]["reason"].startswith("SELECTION_FAILED")
     assert found["series"][0]["mode"] == "failed_open"
     assert found["last_fail_open"].startswith("SELECTION_FAILED")
+
+
+def test_view_prints_the_whole_url_and_run_names_the_page_on_its_start_line(tmp_path, capfd):
+    home = make_home(tmp_path)
+    assert main(["--home", str(home), "view", "--no-browser", "--port", "9911"]) == 0
+    token = view_token(home)
+    assert capfd.readouterr().out.strip() == (
+        f"http://127.0.0.1:9911/context-paging/?token={token}")
+    provider = FakeProvider()
+    with Served(provider) as upstream:
+        script = ("import os, urllib.request; base = os.environ['ANTHROPIC_BASE_URL']; "
+                  "page = urllib.request.urlopen(base + '/context-paging/api/conversations"
+                  f"?token={token}').read(); print(page.decode())")
+        code = main(["--home", str(home), "run", "--upstream-anthropic", upstream.url, "--",
+                     sys.executable, "-c", script])
+    assert code == 0
+    captured = capfd.readouterr()
+    assert json.loads(captured.out) == {"conversations": []}
+    assert re.search(r"live view at http://127\.0\.0\.1:\d+/context-paging/\?token=" + token,
+                     captured.err)
