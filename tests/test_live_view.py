@@ -298,3 +298,22 @@ def test_view_prints_the_whole_url_and_run_names_the_page_on_its_start_line(tmp_
     assert json.loads(captured.out) == {"conversations": []}
     assert re.search(r"live view at http://127\.0\.0\.1:\d+/context-paging/\?token=" + token,
                      captured.err)
+
+
+def test_distillations_edits_show_what_was_cut_and_how_much(tmp_path):
+    home = make_home(tmp_path, budget=8000)
+    config = home / "config.toml"
+    config.write_text(config.read_text().replace("[distill]\nenabled = false",
+                                                 "[distill]\nenabled = true"))
+    stack = Live(home)
+    try:
+        run_conversation(stack, 40)
+        ref = stack.get(API).json()["conversations"][0]["session"]
+        detail = stack.get(f"{API}/{ref}").json()
+    finally:
+        stack.close()
+    edits = detail["distilled"]
+    assert edits and detail["series"][-1]["distilled"] == len(edits)
+    for edit in edits:
+        assert edit["saved_tokens"] > 0 and edit["recall"].startswith("recall(")
+        assert edit.get("tool_call_id") or edit.get("history_id")

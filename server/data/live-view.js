@@ -90,7 +90,10 @@ function drawDetail(d) {
     : "Nothing is out of the window yet: the whole conversation fits the budget.";
   $("notice").textContent = d.notice || "No notice: nothing has left the window.";
   $("distilled").replaceChildren(...(d.distilled.length ? d.distilled.map((e) =>
-    el("li", {}, JSON.stringify(e))) : [el("li", { class: "muted" }, "No edits.")]));
+    el("li", {}, el("b", {}, e.action.replace(/_/g, " ")),
+      ` ${e.tool_call_id || e.history_id} (judge ${e.judge}): ${n(e.saved_tokens)} tokens, `
+      + `${n(e.saved_characters)} characters cut; the original: `, el("code", {}, e.recall)))
+    : [el("li", { class: "muted" }, "No edits in the latest window.")]));
   $("fail-opens").replaceChildren(...(d.fail_opens.length ? d.fail_opens.map((f) =>
     el("li", { class: "bad" }, `request ${f.n}: ${f.reason}`))
     : [el("li", { class: "muted" }, "None: every request was paged or within budget.")]));
