@@ -201,6 +201,9 @@ def test_without_the_token_nothing_of_a_conversation_is_served(live):
             assert reply.status_code == 403
             assert "claude-fake" not in reply.text and "ledger:" not in reply.text
     assert live.get(API, token="bearer").status_code == 200
+    moved = live.http.get("/context-paging", params={"token": live.token})
+    assert moved.status_code == 307
+    assert moved.headers["location"] == f"/context-paging/?token={live.token}"
     page = live.get("/context-paging/")
     assert page.status_code == 200 and "<script src=\"live-view.js\">" in page.text
     assert "http" not in page.text.replace('http-equiv', '')  # nothing from the network

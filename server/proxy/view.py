@@ -39,7 +39,7 @@ from context_paging.paging.replay_cost import Compaction, Prices, compaction, se
 from context_paging.server.chart import request_chart
 from context_paging.server.endpoints import VIEW_PREFIX
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("context_paging")
@@ -68,6 +68,11 @@ class View:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        if scope["path"] == VIEW_PREFIX.rstrip("/"):  # the page's relative links need the "/"
+            query = scope.get("query_string", b"").decode("latin-1")
+            target = VIEW_PREFIX + (f"?{query}" if query else "")
+            await RedirectResponse(target, status_code=307)(scope, receive, send)
+            return
         if request.method not in ("GET", "HEAD"):
             await _error(405, "the live view is read-only")(scope, receive, send)
             return
