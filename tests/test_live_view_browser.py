@@ -38,7 +38,7 @@ if BINARY is None and not os.environ.get("CONTEXT_PAGING_REQUIRE_AGENTS"):
 @pytest.fixture
 def browser() -> Browser:
     assert BINARY is not None, "CI needs chromium: .ci/run installs it"
-    opened = Browser(BINARY)
+    opened = Browser(BINARY, width=1440, height=1000)
     yield opened
     opened.close()
 

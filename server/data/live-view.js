@@ -23,7 +23,10 @@ function pct(value) {
 function when(iso) {
   if (!iso) return "—";
   const d = new Date(iso);
-  return isNaN(d) ? iso : d.toLocaleString();
+  if (isNaN(d)) return iso;
+  const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  if (d.toDateString() === new Date().toDateString()) return time;
+  return d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + time;
 }
 
 function el(tag, attrs, ...children) {
@@ -37,9 +40,15 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+function k(value) {
+  if (value === null || value === undefined) return "—";
+  return value >= 1e6 ? (value / 1e6).toFixed(1) + "M"
+    : value >= 1e3 ? (value / 1e3).toFixed(1) + "k" : String(Math.round(value));
+}
+
 function costText(cost) {
   if (!cost) return "—";
-  return `${n(cost.sent)} / ${n(cost.full)} / ${n(cost.compaction)}`;
+  return `${k(cost.sent)} / ${k(cost.full)} / ${k(cost.compaction)}`;
 }
 
 function drawConversations(rows) {
