@@ -302,6 +302,11 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
         "install-config", help="print (or --write) an MCP client's configuration for this server")
     clients.add_arguments(install)
     install.set_defaults(run=clients.run)
+    uninstall = commands.add_parser(
+        "uninstall-config", help="take back what install-config --write added: the file's "
+        "original, or only the entry when the file changed since")
+    clients.add_uninstall_arguments(uninstall)
+    uninstall.set_defaults(run=clients.run_uninstall)
 
     stats = commands.add_parser("stats", help="saved history, latest request and cache totals")
     stats.add_argument("--session", help="session reference, e.g. ledger:<id> or claude:<id>")

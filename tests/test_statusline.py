@@ -118,15 +118,11 @@ def test_install_proxy_offers_the_status_line_and_uninstall_takes_it_back(user_h
     assert "not set" in agents.statusline_report(user_home)
 
 
-def test_uninstall_keeps_a_status_line_the_user_set_since(user_home):
-    assert main(["install-proxy", "--client", "claude-code", "--statusline", "--write"]) == 0
+def test_doctor_names_a_status_line_of_the_users_own(user_home):
     settings = user_home / ".claude" / "settings.json"
-    value = json.loads(settings.read_text())
-    value["statusLine"] = {"type": "command", "command": "my-own-line"}
-    settings.write_text(json.dumps(value))
-    assert main(["uninstall-proxy", "--client", "claude-code"]) == 0
-    assert json.loads(settings.read_text()) == {"statusLine": {"type": "command",
-                                                               "command": "my-own-line"}}
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"statusLine": {"type": "command",
+                                                   "command": "my-own-line"}}))
     assert "another command (my-own-line)" in agents.statusline_report(user_home)
 
 

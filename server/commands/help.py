@@ -24,7 +24,8 @@ GROUPS = {
                  "replay"),
     "agents and proxy": ("run", "proxy", "view", "statusline", "install-proxy",
                          "uninstall-proxy", "doctor"),
-    "host and diagnostics": ("serve", "install-config", "index", "config", "forget"),
+    "host and diagnostics": ("serve", "install-config", "uninstall-config", "index", "config",
+                             "forget"),
 }
 OTHER = "other commands"
 

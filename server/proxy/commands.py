@@ -29,6 +29,18 @@ if TYPE_CHECKING:  # the HTTP stack loads only for the commands that serve
 
 DEFAULT_PORT = 8787
 CLIENTS = ("claude-code", "codex", "pi")
+OWNER = "install-proxy"  # whose keys, in the undo record
+
+
+def port(text: str) -> int:
+    """A TCP port, for argparse: a bad one ends the command at the parser, in one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return value
 
 
 def add_commands(commands: Any) -> None:
@@ -38,7 +50,7 @@ def add_commands(commands: Any) -> None:
     _proxy_arguments(proxy)
     proxy.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1: this machine only)")
-    proxy.add_argument("--port", type=int, default=DEFAULT_PORT,
+    proxy.add_argument("--port", type=port, default=DEFAULT_PORT,
                        help=f"port to listen on (default {DEFAULT_PORT})")
     proxy.set_defaults(run=cmd_proxy)
 
@@ -59,7 +71,7 @@ def add_commands(commands: Any) -> None:
 
     doctor = commands.add_parser("doctor", help="check the proxy is up, the agents point at it "
                                  "and requests are flowing")
-    doctor.add_argument("--port", type=int, default=DEFAULT_PORT,
+    doctor.add_argument("--port", type=port, default=DEFAULT_PORT,
                         help=f"the port the proxy should be on (default {DEFAULT_PORT})")
     doctor.set_defaults(run=cmd_doctor)
 
@@ -69,7 +81,8 @@ def add_commands(commands: Any) -> None:
     install.set_defaults(run=cmd_install)
 
     uninstall = commands.add_parser("uninstall-proxy", help="take back what install-proxy "
-                                    "--write changed: each file's original, byte for byte")
+                                    "--write changed: each file's original, or only its keys "
+                                    "when the file changed since")
     uninstall_arguments(uninstall)
     uninstall.set_defaults(run=cmd_uninstall)
 
@@ -273,7 +286,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def install_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client", choices=CLIENTS,
                         help="the agent to point at the proxy (needed unless --service alone)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=port, default=DEFAULT_PORT,
                         help=f"the proxy's port (default {DEFAULT_PORT})")
     parser.add_argument("--service", action="store_true",
                         help="also a user service that starts the proxy at log-in (a systemd "
@@ -282,7 +295,7 @@ def install_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --client claude-code: also Claude Code's status line "
                         "(context-paging statusline: the window, savings, cache reads)")
     parser.add_argument("--write", action="store_true",
-                        help="apply the changes (the original of each file is kept once, for "
+                        help="apply the changes (the original of each file is kept, for "
                         "uninstall-proxy)")
 
 
@@ -304,7 +317,7 @@ def _changes(args: argparse.Namespace, home: Path) -> list[agents.Change]:
         path = service.service_file(home)
         words = service.proxy_command(args.port, server_home, dict(os.environ))
         changes.append(agents.Change(path, service.service_text(words, home),
-                                     "starts the proxy at log-in", lambda now, before: None))
+                                     "starts the proxy at log-in", []))  # the file is ours
     return changes
 
 
@@ -323,15 +336,14 @@ def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
             print(f"context-paging: warning: {change.warning}", file=sys.stderr)
         if not args.write:
             print(f"# {change.path}: {change.what}\n{change.text}")
-        elif change.path.exists() and change.path.read_text(encoding="utf-8") == change.text:
-            print(f"{change.path}: already set up; nothing changed.")
-        else:
-            try:
-                undo.write(change.path, change.text)
-            except (clients.InstallError, OSError) as exc:
-                print(f"context-paging: {exc}", file=sys.stderr)
-                return 2
-            print(f"{change.path}: {change.what}")
+            continue
+        try:
+            written = undo.write(change.path, change.text, OWNER, change.keys)
+        except (OSError, ValueError) as exc:  # ValueError: a damaged undo record
+            print(f"context-paging: {change.path}: {exc}", file=sys.stderr)
+            return 2
+        print(f"{change.path}: {change.what}" if written else
+              f"{change.path}: already set up; nothing changed.")
     if not args.write:
         print("# Rerun with --write to apply; uninstall-proxy takes it back.", file=sys.stderr)
     elif args.client:
@@ -352,21 +364,17 @@ def cmd_uninstall(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
         return 2
     home = agents.user_home()
-    args.port = DEFAULT_PORT  # the paths do not depend on it
-    try:
-        changes = _changes(args, home)
-    except (clients.InstallError, ValueError) as exc:
-        print(f"context-paging: {exc}", file=sys.stderr)
-        return 2
+    files = agents.agent_files(args.client, home) if args.client else []
     if args.service:
+        files.append((service.service_file(home), []))  # the file is ours
         print(f"# First stop the service: {service.disable_hint(service.service_file(home))}",
               file=sys.stderr)
     status = 0
-    for change in changes:
+    for path, keys in files:
         try:
-            print(undo.undo(change.path, change.reverse))
-        except (clients.InstallError, OSError, ValueError) as exc:
-            print(f"context-paging: {change.path}: {exc}; left as it is", file=sys.stderr)
+            print(undo.undo(path, OWNER, keys))
+        except (OSError, ValueError) as exc:
+            print(f"context-paging: {path}: {exc}; left as it is", file=sys.stderr)
             status = 2
     return status
 
