@@ -248,9 +248,10 @@ class Proxy:
         def note(numbered: list[int]) -> None:
             try:
                 with self._log_lock:
-                    numbered.append(proxy_log.record(session, api.name, reply, sent=out, full=raw,
-                                     previous=previous, agent=agent, model=model,
-                                     notice=named))
+                    number = proxy_log.record(session, api.name, reply, sent=out, full=raw,
+                                              previous=previous, agent=agent, model=model,
+                                              notice=named)
+                numbered.append(number)  # the reply's usage is kept under this number
             except Exception as exc:  # stats are best effort; the request goes on
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
