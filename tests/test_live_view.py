@@ -23,8 +23,10 @@ from context_paging.index.proxied import ProxyLog, request_series, view_token
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.proxy import commands as proxy_cli
+from context_paging.server.proxy import wire
 from context_paging.server.proxy.view import View, conversation, conversations
 
+from tests.conftest import PROJECT
 from tests.fake_provider import FakeProvider, Recorded, Served, sse
 from tests.test_proxy import SYSTEM, TOOLS, USER_ID, claude_code_conversation, make_home
 
@@ -320,3 +322,17 @@ def test_distillations_edits_show_what_was_cut_and_how_much(tmp_path):
     for edit in edits:
         assert edit["saved_tokens"] > 0 and edit["recall"].startswith("recall(")
         assert edit.get("tool_call_id") or edit.get("history_id")
+
+
+@pytest.mark.parametrize("name, api, agent", [
+    ("claude-code-default", wire.ANTHROPIC, "claude-code"),
+    ("codex-default", wire.RESPONSES, "codex"),
+    ("pi-anthropic", wire.ANTHROPIC, "anthropic"),  # recorded without its fetch's headers
+])
+def test_each_agent_is_named_by_the_headers_it_sends(name, api, agent):
+    recorded = json.loads((PROJECT / "tests" / "fixtures" / "requests" / f"{name}.json")
+                          .read_text())
+    headers = {k.lower(): v for k, v in recorded["headers"].items()}
+    assert wire.agent_name(api, headers) == agent
+    assert wire.agent_name(api, {**headers, "sec-fetch-mode": "cors"}) == (
+        "pi" if agent == "anthropic" else agent)

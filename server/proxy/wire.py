@@ -304,15 +304,16 @@ def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]
 
 
 def agent_name(api: Api, headers: Mapping[str, str]) -> str:
-    """Which agent sent the request, as the live view names it: from the headers each one
-    sends (Claude Code its session header and ``claude-cli`` user agent, Codex its
-    ``originator``), else the API's name."""
+    """Which agent sent the request, as the live view names it, from the headers each one
+    sends: Claude Code its session header (and a ``claude-cli`` user agent), Codex its
+    ``originator``, Pi the ``Sec-Fetch-Mode: cors`` of Node's ``fetch`` (server/proxy/guard.py);
+    else the API's name."""
     agent = headers.get("user-agent", "").lower()
     if "x-claude-code-session-id" in headers or "claude-cli" in agent:
         return "claude-code"
     if "codex" in headers.get("originator", "").lower() or "codex" in agent:
         return "codex"
-    if agent.startswith("pi") or "pi-coding-agent" in agent:
+    if headers.get("sec-fetch-mode", "").lower() == "cors" or "pi-coding-agent" in agent:
         return "pi"
     return api.name
 
