@@ -31,7 +31,6 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import anyio.to_thread
 from context_paging.index.proxied import conversation_stats, request_series, tallies, view_token
@@ -100,7 +99,7 @@ class View:
             return Response(data, media_type=media, headers={
                 "content-security-policy": POLICY, "cache-control": "no-store",
                 "referrer-policy": "no-referrer", "x-content-type-options": "nosniff"})
-        parts = [unquote(p) for p in path.split("/")]
+        parts = path.split("/")  # the server decoded the path once already
         if parts[:2] != ["api", "conversations"]:
             return _error(404, "no such page")
         if len(parts) == 2:
