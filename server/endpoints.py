@@ -7,7 +7,6 @@ Kept apart from server/proxy/app.py so the commands that only name them (the pro
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 DEFAULT_ANTHROPIC = "https://api.anthropic.com"
@@ -30,6 +29,8 @@ def safe_name(session: str) -> str:
     name = "".join(c if _SAFE.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode())
                    for c in session)
     if len(name) > 80:
+        import hashlib  # only here: the status line starts without it
+
         name = name[:60] + "__" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
     return name
 

@@ -7,8 +7,9 @@ ledger session named ``cc-<session id>-<opening>``; the largest of them is the m
 the others are side calls and subagents) and prints the window against the budget, what was
 saved against the full history, the last request's cache-read share and the cut's advances.
 
-It must answer in well under 100 ms: it imports the standard library only (no index, no
-tokenizer, no HTTP stack, not even the settings), reads a handful of small files and prints.
+It must answer in well under 100 ms: it imports a few modules of the standard library only (no
+index, no tokenizer, no HTTP stack, not even the settings or ``pathlib``), reads a handful of
+small files and prints.
 bench/statusline_bench.py measures it against ``python -c pass``.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from context_paging.server.endpoints import DEFAULT_HOME, ENV_HOME, safe_name
@@ -33,13 +33,20 @@ def short(value: float) -> str:
     return f"{value:.0f}"
 
 
-def find_tally(home: Path, session_id: str) -> dict[str, Any] | None:
+def find_tally(home: str, session_id: str) -> dict[str, Any] | None:
     """The main conversation's tally for a Claude Code session: the one with the largest last
-    request among the ledger sessions named after it."""
+    request among the ledger sessions named after it (``proxy/cc-<session id>-*.json``)."""
+    folder = os.path.join(home, "proxy")
+    prefix = f"cc-{safe_name(session_id)}-"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".json")]
+    except OSError:
+        return None
     best, size = None, -1
-    for path in (home / "proxy").glob(f"cc-{safe_name(session_id)}-*.json"):
+    for name in names:
         try:
-            value = json.loads(path.read_bytes())
+            with open(os.path.join(folder, name), "rb") as handle:
+                value = json.loads(handle.read())
         except (OSError, ValueError):
             continue
         if not isinstance(value, dict):
@@ -82,7 +89,7 @@ def main(argv: list[str]) -> int:
     home = None
     if "--home" in argv and argv.index("--home") + 1 < len(argv):
         home = argv[argv.index("--home") + 1]
-    home_path = Path(os.path.expanduser(home or os.environ.get(ENV_HOME) or DEFAULT_HOME))
+    home_path = os.path.expanduser(home or os.environ.get(ENV_HOME) or DEFAULT_HOME)
     try:
         value = json.loads(sys.stdin.buffer.read() or b"{}")
     except (ValueError, OSError):

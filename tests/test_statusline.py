@@ -71,7 +71,7 @@ def test_the_main_conversation_is_shown_not_a_side_call_of_the_same_session(tmp_
                sent=b"x" * 8000, full=b"x" * 40000, previous=None)
     log.record(f"cc-other-{name}-x", "anthropic", {"mode": "paged"}, sent=b"x" * 4,
                full=b"x" * 80000, previous=None)
-    tally = statusline.find_tally(home, SESSION)
+    tally = statusline.find_tally(str(home), SESSION)
     assert tally is not None and tally["session"] == f"ledger:cc-{name}-main"
     assert statusline.line(tally) == "paging: window 2.0k/4.0k · saved 80% of 10.0k · 1 cut"
 
