@@ -24,7 +24,7 @@ from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.proxy import commands as proxy_cli
 from context_paging.server.proxy import wire
-from context_paging.server.proxy.view import View, conversation, conversations
+from context_paging.server.proxy.view import Costs, View, conversation, conversations
 
 from tests.conftest import PROJECT
 from tests.fake_provider import FakeProvider, Recorded, Served, sse
@@ -336,3 +336,20 @@ def test_each_agent_is_named_by_the_headers_it_sends(name, api, agent):
     assert wire.agent_name(api, headers) == agent
     assert wire.agent_name(api, {**headers, "sec-fetch-mode": "cors"}) == (
         "pi" if agent == "anthropic" else agent)
+
+
+def test_the_list_reads_a_conversations_series_again_only_when_it_changed(tmp_path):
+    home = make_home(tmp_path)
+    log = ProxyLog(home)
+    for _ in range(3):
+        log.record("cc-x-1", "anthropic", {"mode": "paged"}, sent=b"x" * 400, full=b"x" * 800,
+                   previous=None)
+    cached = Costs()
+    first = conversations(home, cached)[0]["cost"]
+    assert conversations(home, cached)[0]["cost"] is first  # the same value, not read again
+    assert first == conversation(home, "ledger:cc-x-1")["cost"]
+    log.record("cc-x-1", "anthropic", {"mode": "paged"}, sent=b"x" * 400, full=b"x" * 1600,
+               previous=None)
+    again = conversations(home, cached)[0]["cost"]
+    assert again is not first and again["full"] > first["full"]
+    assert again == conversation(home, "ledger:cc-x-1")["cost"]

@@ -33,7 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from context_paging.index.proxied import conversation_stats, request_series, tallies, view_token
+from context_paging.index.proxied import (
+    SERIES,
+    conversation_stats,
+    proxy_directory,
+    request_series,
+    tallies,
+    view_token,
+)
 from context_paging.paging.replay_cost import Compaction, Prices, compaction, sent_after, totals
 from context_paging.server.chart import request_chart
 from context_paging.server.endpoints import VIEW_PREFIX
@@ -64,6 +71,7 @@ class View:
         self._reader = reader
         self._history: Any = None
         self._lock = threading.Lock()  # one ledger read at a time
+        self._costs = Costs()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -103,7 +111,7 @@ class View:
         if parts[:2] != ["api", "conversations"]:
             return _error(404, "no such page")
         if len(parts) == 2:
-            rows = await anyio.to_thread.run_sync(conversations, self.home)
+            rows = await anyio.to_thread.run_sync(conversations, self.home, self._costs)
             return _json({"conversations": rows})
         ref = _ref(parts[2])
         if ref is None:
@@ -187,10 +195,31 @@ def _error(status: int, message: str) -> Response:
 # --- the figures ---------------------------------------------------------------------------------
 
 
-def conversations(home: Path) -> list[dict[str, Any]]:
+class Costs:
+    """Each conversation's estimated costs, computed again only when its series file changed
+    (the list is asked for twice a second, and most conversations are long finished)."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+    def of(self, home: Path, ref: str) -> dict[str, Any]:
+        path = proxy_directory(home) / f"{ref.removeprefix('ledger:')}{SERIES}"
+        try:
+            found = path.stat()
+            stamp = (found.st_size, found.st_mtime_ns)
+        except OSError:
+            stamp = (-1, -1)
+        known = self.known.get(ref)
+        if known is None or known[0] != stamp:
+            known = self.known[ref] = (stamp, costs(request_series(home, ref)))
+        return known[1]
+
+
+def conversations(home: Path, cached: Costs | None = None) -> list[dict[str, Any]]:
     """One row per conversation the proxy saw, the most recently active first."""
-    return [row(tally, request_series(home, str(tally.get("session", ""))))
-            for tally in tallies(home) if str(tally.get("session", "")).startswith("ledger:")]
+    cached = cached or Costs()
+    return [row(tally, cost=cached.of(home, ref)) for tally in tallies(home)
+            if (ref := str(tally.get("session", ""))).startswith("ledger:")]
 
 
 def conversation(home: Path, ref: str) -> dict[str, Any] | None:
@@ -208,9 +237,10 @@ def conversation(home: Path, ref: str) -> dict[str, Any] | None:
                            for r in series if r.get("failed")]}
 
 
-def row(tally: dict[str, Any], series: list[dict[str, Any]]) -> dict[str, Any]:
+def row(tally: dict[str, Any], series: list[dict[str, Any]] | None = None,
+        cost: dict[str, Any] | None = None) -> dict[str, Any]:
     """The conversation's figures: the tally's (the same ones ``stats`` reports) and the
-    provider's usage summed, with the costs estimated from the series."""
+    provider's usage summed, with the costs estimated from the series (or given)."""
     modes = tally.get("modes") or {}
     read = int(tally.get("cache_read_tokens", 0))
     written = int(tally.get("cache_write_tokens", 0))
@@ -240,7 +270,7 @@ def row(tally: dict[str, Any], series: list[dict[str, Any]]) -> dict[str, Any]:
         if uncached + read + written else None,
         "last_cache_read_share": round(int(last.get("cache_read_tokens", 0)) / last_total, 4)
         if last_total else None,
-        "cost": costs(series),
+        "cost": cost if cost is not None else costs(series or []),
     }
 
 
