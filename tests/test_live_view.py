@@ -14,6 +14,7 @@ import re
 import stat
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,10 +118,18 @@ def live(tmp_path) -> Iterator[Live]:
 
 
 def run_conversation(live: Live, turns: int = 30) -> int:
+    """Send the scripted conversation; return once the provider's usage of its last reply is
+    kept too (the proxy records it after the agent has the whole reply)."""
     count = 0
     for messages in claude_code_conversation(turns):
         live.send(messages)
         count += 1
+    deadline = time.monotonic() + 60  # a bound on a loaded machine, not a speed assertion
+    while time.monotonic() < deadline:
+        rows = conversations(live.home)
+        if rows and all("usage" in r for r in request_series(live.home, rows[0]["session"])):
+            break
+        time.sleep(0.02)
     return count
 
 

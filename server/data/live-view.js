@@ -5,7 +5,7 @@
 const POLL_MS = 500; // a new conversation shows within a second of its first request
 const token = new URLSearchParams(location.search).get("token");
 const headers = token ? { Authorization: "Bearer " + token } : {};
-const state = { selected: null, requests: -1, turnsAt: -1, conversations: [] };
+const state = { selected: null, stamp: "", turnsAt: -1, conversations: [] };
 const $ = (id) => document.getElementById(id);
 
 function api(path) {
@@ -142,21 +142,26 @@ function openTurn(historyId) {
 
 function select(session) {
   state.selected = session;
-  state.requests = -1;
+  state.stamp = "";
   state.turnsAt = -1;
   $("turn").hidden = true;
   drawConversations(state.conversations);
   refreshDetail();
 }
 
+// What changes when a request comes or the provider's usage for a reply is kept.
+function stamp(c) {
+  return [c.requests, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens].join(" ");
+}
+
 function refreshDetail() {
   const session = state.selected;
   if (!session) return Promise.resolve();
   const row = state.conversations.find((c) => c.session === session);
-  if (row && row.requests === state.requests) return Promise.resolve();
+  if (row && stamp(row) === state.stamp) return Promise.resolve();
   return api("conversations/" + encodeURIComponent(session)).then((d) => {
     if (state.selected !== session) return;
-    state.requests = d.requests;
+    state.stamp = stamp(d);
     drawDetail(d);
     if (state.turnsAt !== d.requests) {
       state.turnsAt = d.requests;
