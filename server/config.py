@@ -33,7 +33,7 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 def _positive_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SAFE_INTEGER:
-        raise ValueError("must be a positive safe integer")
+        raise ValueError(f"must be a whole number from 1 to {MAX_SAFE_INTEGER:,}")
     return value
 
 

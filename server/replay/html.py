@@ -16,7 +16,7 @@ from context_paging.server.chart import request_chart
 from context_paging.server.replay.run import STRATEGIES, Replay
 from context_paging.server.replay.svg import COLOURS, LABELS, Mark, line_chart, short
 
-STYLE = """
+PAGE_CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #111827;
        max-width: 960px; margin: 2rem auto; padding: 0 1rem; }
 h1 { font-size: 1.6rem; margin: 0 0 .2rem; }
@@ -178,7 +178,7 @@ def render_html(replay: Replay) -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Replay of {escape(name)}</title>
-<style>{STYLE}</style>
+<style>{PAGE_CSS}</style>
 </head>
 <body>
 <h1>What the window sends: {escape(name)}</h1>

@@ -2,7 +2,7 @@
 
 ``install-config`` prints (or, with ``--write``, merges) the stdio entry that starts this server
 in Claude Desktop, Claude Code, Cursor or VS Code. Hosts start servers with a minimal ``PATH``
-(specs/mcp-sdk-v2.md A.2), so the entry names the console script by its absolute path. The
+(docs/clients.md), so the entry names the console script by its absolute path. The
 shapes, as each client documents them:
 
 - Claude Desktop: ``claude_desktop_config.json`` → ``{"mcpServers": {name: {command, args}}}``,
