@@ -1,5 +1,5 @@
 """``python -m context_paging``: the same command line as the ``context-paging`` script."""
 
-from context_paging.command import main
+from context_paging.server.cli import main
 
 raise SystemExit(main())

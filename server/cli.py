@@ -466,6 +466,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words == ["--version"]:  # no parser to build
         print(f"context-paging {__version__}")
         return 0
+    command = words[2:] if words[:1] == ["--home"] else words
+    if command[:1] == ["statusline"] and not {"-h", "--help"} & set(words):
+        # Claude Code runs it often: no parser, settings or index (server/statusline.py)
+        from context_paging.server import statusline
+
+        return statusline.main(words)
     import logging
 
     from context_paging.index import private

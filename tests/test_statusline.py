@@ -79,12 +79,12 @@ def test_the_main_conversation_is_shown_not_a_side_call_of_the_same_session(tmp_
 def test_the_status_line_loads_no_index_tokenizer_settings_or_http_stack(tmp_path):
     code = ("import io, sys, contextlib\n"
             "sys.stdin = io.TextIOWrapper(io.BytesIO(b'{\"session_id\": \"x\"}'))\n"
-            "from context_paging.command import main\n"
+            "from context_paging.server.cli import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main(['--home', {str(tmp_path)!r}, 'statusline'])\n")
     watched = ("mcp", "tiktoken", "whoosh", "httpx2", "starlette", "uvicorn", "pydantic",
-               "context_paging.index", "context_paging.paging", "context_paging.server.config",
-               "context_paging.server.cli")
+               "argparse", "context_paging.index", "context_paging.paging",
+               "context_paging.server.config", "context_paging.server.setup")
     assert imported_by(code, watched) == []
 
 
