@@ -349,6 +349,10 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
                        help="session reference, e.g. ledger:<id> or claude:<id>")
     stats.add_argument("--json", action="store_true", help="the paging_stats reply as JSON")
     stats.set_defaults(run=_cmd_stats)
+    statusline = commands.add_parser(
+        "statusline", help="one line for Claude Code's status bar: the window against the "
+        "budget, saved, cache reads, cut advances (reads Claude Code's JSON on stdin)")
+    statusline.set_defaults(run=_cmd_statusline)
     terminal_cli.add_commands(commands)
 
     demo = commands.add_parser(
@@ -376,6 +380,12 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
     from context_paging.server.commands import help as cli_help
 
     return cli_help.finish(parser) if grouped_help else cli_help.describe(parser)
+
+
+def _cmd_statusline(args: argparse.Namespace, settings: Settings) -> int:
+    from context_paging.server import statusline
+
+    return statusline.main(["--home", str(settings.home)])
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, object]:
@@ -452,9 +462,16 @@ def _interruptible(say: Callable[[], None]) -> Callable[[], None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # no parser to build
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words == ["--version"]:  # no parser to build
         print(f"context-paging {__version__}")
         return 0
+    command = words[2:] if words[:1] == ["--home"] else words
+    if command[:1] == ["statusline"] and not {"-h", "--help"} & set(words):
+        # Claude Code runs it often: no parser, settings or index (server/statusline.py)
+        from context_paging.server import statusline
+
+        return statusline.main(words)
     import logging
 
     from context_paging.index import private

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.paging.distill.config import DistillConfig, check_setting
+from context_paging.server.endpoints import DEFAULT_HOME, ENV_HOME
 
 log = logging.getLogger("context_paging")
 
-DEFAULT_HOME = "~/.local/share/context-paging"
-ENV_HOME = "CONTEXT_PAGING_HOME"
 MAX_SAFE_INTEGER = 2**53 - 1
 
 

@@ -22,7 +22,8 @@ END = "<!-- cli-reference:end -->"
 GROUPS = {
     "everyday": ("demo", "sessions", "search", "browse", "show", "output", "recall", "stats",
                  "replay"),
-    "agents and proxy": ("run", "proxy", "install-proxy", "uninstall-proxy", "doctor"),
+    "agents and proxy": ("run", "proxy", "view", "statusline", "install-proxy",
+                         "uninstall-proxy", "doctor"),
     "host and diagnostics": ("serve", "install-config", "uninstall-config", "index", "config",
                              "forget"),
 }

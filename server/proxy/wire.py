@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from context_paging.paging.resident import is_agent_context
+from context_paging.server.endpoints import safe_name
 
 _DECODER = json.JSONDecoder()
 _string = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -334,6 +335,21 @@ def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]
     return None
 
 
+def agent_name(api: Api, headers: Mapping[str, str]) -> str:
+    """Which agent sent the request, as the live view names it, from the headers each one
+    sends: Claude Code its session header (and a ``claude-cli`` user agent), Codex its
+    ``originator``, Pi the ``Sec-Fetch-Mode: cors`` of Node's ``fetch`` (server/proxy/guard.py);
+    else the API's name."""
+    agent = headers.get("user-agent", "").lower()
+    if "x-claude-code-session-id" in headers or "claude-cli" in agent:
+        return "claude-code"
+    if "codex" in headers.get("originator", "").lower() or "codex" in agent:
+        return "codex"
+    if headers.get("sec-fetch-mode", "").lower() == "cors" or "pi-coding-agent" in agent:
+        return "pi"
+    return api.name
+
+
 def opening(api: Api, value: Mapping[str, Any]) -> str:
     """A short digest of how the conversation opens: its first message (for OpenAI, the first
     user message that is not set-up) without cache markers, and whether tools are sent."""
@@ -358,19 +374,6 @@ def without_markers(value: Any) -> Any:
     return value
 
 
-def safe_name(session: str) -> str:
-    """The agent's id as a file-safe name, one to one: letters, digits, ``.`` and ``-`` stay,
-    every other byte (``_`` included) becomes ``_`` and two hex digits, so ``team/a`` and
-    ``team-a`` stay apart. A name longer than 80 keeps 60 characters, then ``__`` (which no
-    escape makes) and a digest of the whole."""
-    name = "".join(c if _SAFE.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode())
-                   for c in session)
-    if len(name) > 80:
-        name = name[:60] + "__" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
-    return name
-
-
-_SAFE = re.compile(r"[A-Za-z0-9.-]")
 
 
 def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:

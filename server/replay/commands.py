@@ -114,6 +114,9 @@ def render(replay: Replay, requests: bool = True, width: int | None = None) -> s
             f"uncached {o.prices.uncached}, cache write {o.prices.cache_write}, cache read "
             f"{o.prices.cache_read}")
     parts = [head]
+    note = replay.budget_note()
+    if note:
+        parts.append(note)
     if requests:
         parts.append(request_table(replay, width))
     parts.append(totals_table(replay, width))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -137,9 +138,23 @@ def agent_files(client: str, home: Path) -> list[tuple[Path, list[undo.Key]]]:
     return [(home / name, keys) for name, keys in FILES[client]]
 
 
+def statusline_command(server_home: str | None = None) -> str:
+    """The command Claude Code's ``statusLine`` runs: this install's ``statusline``."""
+    command, prefix = clients.server_command()
+    home = ["--home", os.path.abspath(os.path.expanduser(server_home))] if server_home else []
+    return shlex.join([command, *prefix, *home, "statusline"])
+
+
+def is_our_statusline(value: Any) -> bool:
+    command = value.get("command") if isinstance(value, dict) else None
+    return isinstance(command, str) and command.endswith(" statusline") and any(
+        word in command for word in ("context-paging", "context_paging"))
+
+
 def planned_changes(client: str, port: int, home: Path,
-                    server_home: str | None = None) -> list[Change]:
-    """What install-proxy writes for ``client``, file by file."""
+                    server_home: str | None = None, statusline: bool = False) -> list[Change]:
+    """What install-proxy writes for ``client``, file by file (``statusline``: Claude Code's
+    status line too, docs/live-view.md)."""
     url = f"http://127.0.0.1:{port}"
     files = agent_files(client, home)
     if client == "codex":
@@ -157,9 +172,16 @@ def planned_changes(client: str, port: int, home: Path,
                        keys, _provider_warning(text))]
     if client == "claude-code":
         name = clients.DEFAULT_NAME
-        patches = [({"env": {"ANTHROPIC_BASE_URL": url, "DISABLE_AUTO_COMPACT": "1"}},
-                    f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1; "
-                    f"permissions.allow: the read-only recovery tools of {name}"),
+        settings: dict[str, Any] = {"env": {"ANTHROPIC_BASE_URL": url,
+                                            "DISABLE_AUTO_COMPACT": "1"}}
+        what = (f"env.ANTHROPIC_BASE_URL = {url}; env.DISABLE_AUTO_COMPACT = 1; "
+                f"permissions.allow: the read-only recovery tools of {name}")
+        if statusline:
+            settings["statusLine"] = {"type": "command",
+                                      "command": statusline_command(server_home)}
+            what += "; statusLine (context-paging statusline)"
+            files[0] = (files[0][0], [*files[0][1], ("statusLine",)])
+        patches = [(settings, what),
                    ({"mcpServers": {name: mcp_entry(server_home=server_home)}},
                     f"mcpServers.{name} (the recovery tools, for every project)")]
     else:
@@ -282,6 +304,7 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
     if urls:
         lines += ["model API base URLs:", *urls]
     lines += ["MCP server registered:", *setup_checks.registrations(home, cwd)]
+    lines.append(statusline_report(home))
     last = last_proxied(data_home)
     tally = conversation_stats(data_home, last) if last else None
     if tally:
@@ -294,6 +317,22 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
 
 
 SHOWN_CONVERSATIONS = 8
+
+
+def statusline_report(home: Path) -> str:
+    """Whether Claude Code's status line runs ``context-paging statusline`` (not a failure
+    when it does not: it is optional)."""
+    path = home / ".claude" / "settings.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("statusLine")
+    except (OSError, ValueError, AttributeError):
+        value = None
+    if is_our_statusline(value):
+        return f"Claude Code status line: {value['command']} ({path})"
+    if isinstance(value, dict) and value.get("command"):
+        return f"Claude Code status line: another command ({str(value['command'])[:80]})"
+    return ("Claude Code status line: not set (optional: context-paging install-proxy "
+            "--client claude-code --statusline --write)")
 
 
 def paging_report(data_home: Path) -> tuple[bool, list[str]]:
