@@ -824,3 +824,16 @@ def test_a_streamed_reply_without_an_offered_call_reaches_the_agent_byte_for_byt
                        "content": [{"type": "input_text", "text": "hi"}]}]})
     assert OFFERED <= {t["name"] for t in stack.provider.requests[-1].json()["tools"]}
     assert reply.content == first.body
+
+
+def test_hidden_exchanges_a_forget_deleted_are_not_put_back_from_memory(tmp_path):
+    from context_paging.server.proxy.inband import Hidden, Round, Store
+
+    store = Store(tmp_path)
+    record = Hidden(2, "anchor", (Round({"role": "assistant", "content": "x"}, [], 1),))
+    store.add("cc-s-open", record)
+    assert store.records("cc-s-open") == [record]
+    (tmp_path / "inband" / "cc-s-open.jsonl").unlink()  # what forget removes
+    assert store.records("cc-s-open") == []
+    store.add("cc-s-open", record)  # recorded afresh from then on
+    assert store.records("cc-s-open") == [record]

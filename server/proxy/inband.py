@@ -142,6 +142,8 @@ class Store:
     def records(self, session: str) -> list[Hidden]:
         with self._lock:
             known = self._records.get(session)
+        if known and self.directory is not None and not self._path(session).exists():
+            known = None  # deleted (``forget``): what memory held is not put back either
         if known is None:
             known = self._read(session)
             with self._lock:
