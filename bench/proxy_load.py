@@ -308,7 +308,8 @@ def concurrency_table(conversations: int, turns: int, turn_kb: float, think: flo
     p95 = percentile(together, .95) / percentile(one, .95)
     print(f"added, {conversations} at once / alone: p50 {p50:.2f}x, p95 {p95:.2f}x "
           "(goal: p50 <= 2x)")
-    problems = [line for line in err.splitlines() if "proxy on http" not in line]
+    problems = [line for line in err.splitlines()
+                if "proxy on http" not in line and "live view at" not in line]
     if problems:
         print("proxy stderr: " + problems[-1][:200])
 
