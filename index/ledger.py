@@ -466,12 +466,18 @@ _FLUSHER: list[ThreadPoolExecutor] = []
 _FLUSHER_LOCK = threading.Lock()
 
 
+# Background fsyncs at once: each call waits for its own session's before it answers, so with
+# one thread a conversation waited for every other conversation's flush queued ahead of it
+# (16 ms at p50 with eight conversations at once through the proxy; docs/proxy.md).
+FLUSH_THREADS = 8
+
+
 def _flusher() -> ThreadPoolExecutor:
-    """One thread for background fsyncs (the syscall releases the GIL, so it runs while the
+    """The threads for background fsyncs (the syscall releases the GIL, so it runs while the
     caller selects); made on first use."""
     with _FLUSHER_LOCK:
         if not _FLUSHER:
-            _FLUSHER.append(ThreadPoolExecutor(1, thread_name_prefix="ledger-fsync"))
+            _FLUSHER.append(ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="ledger-fsync"))
         return _FLUSHER[0]
 
 

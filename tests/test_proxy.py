@@ -398,3 +398,26 @@ def test_claude_codes_project_context_stays_after_its_first_message_leaves(stack
         if before.value["messages"][0] == after.value["messages"][0]:
             end = before.spans["messages"][1] - 1
             assert after.raw[:end] == before.raw[:end]
+
+
+def test_forget_takes_effect_in_a_running_proxy(stack):
+    from context_paging.server.histories import forget_sessions
+
+    client = stack.anthropic()
+    requests = list(claude_code_conversation(6))
+    for messages in requests[:3]:
+        client.messages.create(model="claude-fake", max_tokens=64, system=SYSTEM, tools=TOOLS,
+                               messages=messages, metadata={"user_id": USER_ID})
+    ledger = stack.history.current_session
+    assert conversation_stats(stack.home, ledger)["requests"] == 3
+    forgotten = forget_sessions(load_settings(home=str(stack.home)), [ledger])
+    assert forgotten[0].anything and conversation_stats(stack.home, ledger) is None
+    client.messages.create(model="claude-fake", max_tokens=64, system=SYSTEM, tools=TOOLS,
+                           messages=requests[3], metadata={"user_id": USER_ID})
+    tally = conversation_stats(stack.home, ledger)
+    assert tally["requests"] == 1  # counted from the forget on, not the old tally written back
+    assert tally["cut_advances"] <= 1
+    assert last_proxied(stack.home) == ledger
+    # the ledger holds the conversation as sent since, whole and readable
+    found = stack.history.search("marker-turn-0", ledger, "session", (), (), None, 3)
+    assert found.references and found.references[0]["session"] == ledger

@@ -36,7 +36,8 @@ def render(field: str, lead: str, conversation: list, trail: str, indent, ascii_
 
 def same_body(got: wire.Body, want: wire.Body) -> bool:
     return (got.raw == want.raw and json.dumps(got.value) == json.dumps(want.value)
-            and dict(got.spans) == dict(want.spans) and got.items == want.items)
+            and dict(got.spans) == dict(want.spans) and got.items == want.items
+            and dict(got.numbers) == dict(want.numbers) and got.counted == want.counted)
 
 
 def stepped(conversation: list, kind: str, args: list) -> list:
@@ -230,3 +231,37 @@ def test_whether_a_resident_item_offers_the_tools_is_the_same_looking_only_at_ne
         whole = wire.read_body(raw, api.field)
         assert known[1] == marked_resident(api, whole)[1]
         assert (known[1] is not None) == has_recovery_tools(api, whole)
+
+
+# --- number spellings: a body read after another spells its numbers as read whole ----------------
+
+SPELLINGS = {100.0: ["100.0", "1.0E2", "1e2", "100.00", "1E+2"],
+             0.5: ["0.5", "5e-1", "0.50", "5.0E-1"],
+             1e300: ["1e+300", "1E300", "1.0e300"]}
+spelled = st.sampled_from(sorted(SPELLINGS)).flatmap(
+    lambda value: st.sampled_from(SPELLINGS[value]))
+numbered = st.tuples(st.sampled_from(["user", "assistant"]), st.text("ab ", max_size=4), spelled)
+numbered_body = st.tuples(spelled, st.lists(numbered, max_size=4), spelled)
+
+
+def spelled_body(opening: list, body: tuple) -> bytes:
+    """A body whose floats are written as given: ``opening`` messages, then the body's own."""
+    lead, tail, trail = body
+    items = [f'{{"role":"{role}","content":"{text}","n":{number}}}'
+             for role, text, number in (*opening, *tail)]
+    return (f'{{"model":"m","temperature":{lead},"messages":[{",".join(items)}],'
+            f'"top_p":{trail}}}').encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(numbered, max_size=4), numbered_body, numbered_body)
+def test_a_body_read_after_another_spells_its_numbers_as_the_full_read_does(opening, a, b):
+    resent = Resent()
+    first, second = spelled_body(opening, a), spelled_body(opening, b)
+    resent.remember("another conversation", resent.read(first, "messages"))
+    got, want = resent.read(second, "messages"), wire.read_body(second, "messages")
+    assert same_body(got, want)  # spellings included
+    # every message rewritten (a new object): the bytes sent are those a full read gives
+    rewritten = [dict(message) for message in want.value["messages"]]
+    assert (wire.splice(got, "messages", [dict(m) for m in got.value["messages"]])
+            == wire.splice(want, "messages", rewritten))

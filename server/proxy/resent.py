@@ -13,8 +13,10 @@ the new elements, the rest of the array and the members after it — is parsed a
 :func:`wire.read_body` would. Members before the array lie inside the shared start, so their
 values are taken too.
 
-The result is the body :func:`wire.read_body` gives, value and spans alike
-(tests/test_resent.py compares the two over growing, edited and rewound conversations); when no
+The result is the body :func:`wire.read_body` gives, value, spans and number spellings alike
+(tests/test_resent.py compares the two over growing, edited and rewound conversations, and over
+pairs of bodies): the spellings are those the shared start noted, in order, then the tail's,
+never one that only the earlier body had (it may be another conversation's). When no
 remembered body shares the array's start, or anything is unusual (the array key twice, bytes
 that do not parse), the whole body is read.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from itertools import islice
 from typing import Any
 
 from context_paging.paging.request import common_bytes
@@ -84,9 +87,15 @@ def read_after(previous: wire.Body, raw: bytes, shared: int, field: str) -> wire
     at = previous.items[kept - 1][1] if kept else start + 1
     tail_raw = raw[at:]
     tail = wire.decode(tail_raw)  # at a character boundary: just after "}" or "["
-    numbers = dict(previous.numbers)  # the spellings of the shared start, and the tail's
-    decoder = wire.spelling_decoder(numbers)
+    if len(previous.counted) != len(previous.items) + 1:
+        return None
+    # the spellings the shared start noted (the first ones in it), then the tail's: never one
+    # that only the earlier body's own end had, which a full read of this one does not see
+    shared_numbers = previous.counted[kept]
+    decoder = wire.SpellingDecoder(dict(islice(previous.numbers.items(), shared_numbers)))
     more, end, spans = wire.scan_elements(tail, 0, bool(kept), decoder)
+    # from the "[" the decoder counted before the first element too
+    counted = (*(previous.counted[:kept + 1] if kept else ()), *decoder.counted)
     value: dict[str, Any] = {k: v for k, v in previous.value.items()
                              if previous.spans[k][1] <= start}
     members: dict[str, tuple[int, int]] = {k: s for k, s in previous.spans.items()
@@ -106,7 +115,7 @@ def read_after(previous: wire.Body, raw: bytes, shared: int, field: str) -> wire
     members.update(byte_spans)
     members[field] = (start, byte_spans[field][1])
     return wire.checked(raw, value, members, (*previous.items[:kept], *byte_items), field,
-                        numbers)
+                        decoder.numbers, counted)
 
 
 def same_objects(items: list, objects: list) -> int:

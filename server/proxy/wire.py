@@ -19,8 +19,9 @@ calls and subagents share it, so the key adds a short fingerprint of the convers
 names, which grow when an MCP server connects late): the main conversation keeps one ledger
 session, a subagent gets its own, and a side call never moves the main conversation's cut.
 OpenAI requests are keyed by ``conversation`` or ``prompt_cache_key`` (Codex sends the thread id
-there) or Codex's ``session-id`` header. A request with no id at all (Pi) is told apart by its
-chain of messages (server/proxy/conversations.py), never by its opening alone.
+there) or Codex's ``session-id`` header. The key only names a request's candidates: requests of
+one key are told apart by their chains of messages (server/proxy/conversations.py), so two
+conversations that share an id and an opening, or that carry no id (Pi), never share a ledger.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from types import MappingProxyType
 from typing import Any
 
 from context_paging.paging.resident import is_agent_context
+from context_paging.server.endpoints import safe_name
 
 _DECODER = json.JSONDecoder()
 _string = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -86,31 +88,40 @@ class Body:
     # repr of a float read -> its first spelling in the body where the two differ, so a
     # changed message keeps it
     numbers: Mapping[str, str] = dataclass_field(default_factory=dict)
+    # how many of ``numbers`` were noted before the conversation array's first element, and
+    # after each element: a body read after this one takes the spellings of what it shares
+    counted: tuple[int, ...] = ()
 
 
 def read_body(raw: bytes, field: str) -> Body:
     """Parse a request body, keeping the spans :func:`splice` needs. ShapeError if it is not an
     object whose ``field`` is an array of objects."""
     text = decode(raw)
-    numbers: dict[str, str] = {}
+    decoder = SpellingDecoder({})
     try:
-        value, spans, items = _scan_object(text, field, spelling_decoder(numbers))
+        value, spans, items = _scan_object(text, field, decoder)
     except ValueError as exc:  # JSONDecodeError included
         raise ShapeError(f"body is not a JSON object: {exc}") from None
-    return checked(raw, value, *in_bytes(text, raw, spans, items), field, numbers)
+    return checked(raw, value, *in_bytes(text, raw, spans, items), field, decoder.numbers,
+                   tuple(decoder.counted))
 
 
-def spelling_decoder(numbers: dict[str, str]) -> json.JSONDecoder:
+class SpellingDecoder(json.JSONDecoder):
     """A decoder that notes in ``numbers`` each float spelled otherwise than ``repr`` gives it
-    back (``1.0E2``, ``1.5e400``), so :func:`strict` can write it as the agent did."""
+    back (``1.0E2``, ``1.5e400``), so :func:`strict` can write it as the agent did; the first
+    spelling in the body wins. :func:`scan_elements` notes in ``counted`` how many it held
+    before and after each element of the conversation array (``Body.counted``)."""
 
-    def number(spelled: str) -> float:
+    def __init__(self, numbers: dict[str, str]) -> None:
+        self.numbers = numbers
+        self.counted: list[int] = []
+        super().__init__(parse_float=self._number)
+
+    def _number(self, spelled: str) -> float:
         value = float(spelled)
         if repr(value) != spelled:
-            numbers.setdefault(repr(value), spelled)
+            self.numbers.setdefault(repr(value), spelled)
         return value
-
-    return json.JSONDecoder(parse_float=number)
 
 
 def decode(raw: bytes) -> str:
@@ -122,11 +133,11 @@ def decode(raw: bytes) -> str:
 
 def checked(raw: bytes, value: dict[str, Any], spans: dict[str, tuple[int, int]],
             items: tuple[tuple[int, int], ...], field: str,
-            numbers: Mapping[str, str] = _NO_NUMBERS) -> Body:
+            numbers: Mapping[str, str] = _NO_NUMBERS, counted: tuple[int, ...] = ()) -> Body:
     conversation = value.get(field)
     if not isinstance(conversation, list) or not all(isinstance(m, dict) for m in conversation):
         raise ShapeError(f"no {field!r} array of objects")
-    return Body(raw, value, spans, items, dict(numbers))
+    return Body(raw, value, spans, items, dict(numbers), counted)
 
 
 def in_bytes(text: str, raw: bytes, spans: dict[str, tuple[int, int]],
@@ -201,9 +212,15 @@ def after_member(text: str, end: int) -> int | None:
 def scan_elements(text: str, at: int, after: bool, decoder: json.JSONDecoder = _DECODER,
                   ) -> tuple[list, int, list[tuple[int, int]]]:
     """An array's elements from ``at``, just past its ``[`` or, ``after``, just past an
-    element: their values, the array's end, their spans."""
+    element: their values, the array's end, their spans. A :class:`SpellingDecoder`'s
+    ``counted`` gets the count of its numbers after each element (and, from the ``[``, before
+    the first)."""
     out: list[Any] = []
     spans: list[tuple[int, int]] = []
+    counted = decoder.counted if isinstance(decoder, SpellingDecoder) else []
+    numbers = decoder.numbers if isinstance(decoder, SpellingDecoder) else {}
+    if not after:
+        counted[:] = [len(numbers)]
     at = _WS.match(text, at).end()
     if after:
         if text[at:at + 1] == "]":
@@ -217,6 +234,7 @@ def scan_elements(text: str, at: int, after: bool, decoder: json.JSONDecoder = _
         item, end = decoder.raw_decode(text, at)
         out.append(item)
         spans.append((at, end))
+        counted.append(len(numbers))
         at = _WS.match(text, end).end()
         if text[at:at + 1] == "]":
             return out, at + 1, spans
@@ -256,15 +274,47 @@ def strict(value: Any, numbers: Mapping[str, str] = _NO_NUMBERS) -> str:
 def splice(body: Body, field: str, window: Sequence[dict[str, Any]]) -> bytes:
     """The body with ``field`` replaced by ``window``: every other byte as received, and every
     message the window kept unchanged (the same object) as its original bytes."""
-    original = body.value[field]
-    where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+    return splice_at(body, field, window)[0]
+
+
+def splice_at(body: Body, field: str, window: Sequence[dict[str, Any]] | None,
+              tools: bytes = b"") -> tuple[bytes, int]:
+    """:func:`splice` (``window`` None: the array as received), with ``tools`` (compact JSON
+    objects, comma-separated) appended to the body's ``tools`` array, or as a ``tools`` member
+    at the object's end when it has none; and where the conversation array's ``]`` is in the
+    bytes returned (a follow-up request appends messages there)."""
     raw = body.raw
-    parts = []
-    for message in window:
-        span = where.get(id(message))
-        parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
     start, end = body.spans[field]
-    return b"".join((raw[:start], b"[", b",".join(parts), b"]", raw[end:]))
+    if window is None:
+        array = raw[start:end]
+    else:
+        original = body.value[field]
+        where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+        parts = []
+        for message in window:
+            span = where.get(id(message))
+            parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
+        array = b"".join((b"[", b",".join(parts), b"]"))
+    edits = [(start, end, array)]
+    if tools:
+        listed = body.spans.get("tools") if isinstance(body.value.get("tools"), list) else None
+        if listed is not None:
+            close = raw.rindex(b"]", listed[0], listed[1])
+            empty = not body.value["tools"]
+            edits.append((close, close, tools if empty else b"," + tools))
+        elif "tools" not in body.value:
+            close = raw.rindex(b"}")
+            edits.append((close, close, b',"tools":[' + tools + b"]"))
+    edits.sort()
+    out, at, bracket = [], 0, 0
+    for begin, stop, text in edits:
+        out.append(raw[at:begin])
+        if begin == start:
+            bracket = sum(len(p) for p in out) + len(text) - 1
+        out.append(text)
+        at = stop
+    out.append(raw[at:])
+    return b"".join(out), bracket
 
 
 # --- conversation keys --------------------------------------------------------------------------
@@ -302,6 +352,21 @@ def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]
     return None
 
 
+def agent_name(api: Api, headers: Mapping[str, str]) -> str:
+    """Which agent sent the request, as the live view names it, from the headers each one
+    sends: Claude Code its session header (and a ``claude-cli`` user agent), Codex its
+    ``originator``, Pi the ``Sec-Fetch-Mode: cors`` of Node's ``fetch`` (server/proxy/guard.py);
+    else the API's name."""
+    agent = headers.get("user-agent", "").lower()
+    if "x-claude-code-session-id" in headers or "claude-cli" in agent:
+        return "claude-code"
+    if "codex" in headers.get("originator", "").lower() or "codex" in agent:
+        return "codex"
+    if headers.get("sec-fetch-mode", "").lower() == "cors" or "pi-coding-agent" in agent:
+        return "pi"
+    return api.name
+
+
 def opening(api: Api, value: Mapping[str, Any]) -> str:
     """A short digest of how the conversation opens: its first message (for OpenAI, the first
     user message that is not set-up) without cache markers, and whether tools are sent."""
@@ -326,24 +391,12 @@ def without_markers(value: Any) -> Any:
     return value
 
 
-def safe_name(session: str) -> str:
-    """The agent's id as a file-safe name, one to one: letters, digits, ``.`` and ``-`` stay,
-    every other byte (``_`` included) becomes ``_`` and two hex digits, so ``team/a`` and
-    ``team-a`` stay apart. A name longer than 80 keeps 60 characters, then ``__`` (which no
-    escape makes) and a digest of the whole."""
-    name = "".join(c if _SAFE.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode())
-                   for c in session)
-    if len(name) > 80:
-        name = name[:60] + "__" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
-    return name
-
-
-_SAFE = re.compile(r"[A-Za-z0-9.-]")
 
 
 def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:
-    """The ledger session id of this request's conversation (see the module docstring); with no
-    agent session id, the opening's key, which server/proxy/conversations.py tells apart further."""
+    """The key of this request's conversation (see the module docstring): the ledger session of
+    the first conversation of an agent session id; server/proxy/conversations.py tells the
+    conversations of one key apart by their messages."""
     session = agent_session(api, value, headers)
     name = safe_name(session) if session else "anon"
     return f"{api.prefix}-{name}-{opening(api, value)}"
