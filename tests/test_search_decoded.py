@@ -335,3 +335,21 @@ def test_a_shell_command_given_as_a_list_is_searched_as_its_words():
     assert call_text(heredoc) == "shell\ncommand: bash -lc cat <<EOF\nnotes here\nEOF\n" \
         "timeout_ms: 1000"
     assert "notes" in tokens(call_text(heredoc))
+
+
+def test_cli_a_hit_in_a_tool_call_names_the_output_command_of_its_block(tmp_path, capsys):
+    from context_paging.server.cli import main
+
+    roots = {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    write_codex_session(roots["codex"], [("apply_patch", {"input": PATCH}, exec_output("Done!"))])
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(f'[sources]\ncodex = "{roots["codex"]}"\n')
+    assert main(["--home", str(home), "search", '"Gather requirements first"',
+                 "--session", CODEX]) == 0
+    out = capsys.readouterr().out
+    hid = out.split("\n")[1].split()[1]
+    command = f"context-paging output {hid} --content-index 0 --session {CODEX}"
+    assert f"    line: {command}\n" in out
+    assert main(["--home", str(home), *command.split()[1:]]) == 0
+    assert "+1. Gather requirements first" in capsys.readouterr().out
