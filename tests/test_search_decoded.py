@@ -353,3 +353,23 @@ def test_cli_a_hit_in_a_tool_call_names_the_output_command_of_its_block(tmp_path
     assert f"    line: {command}\n" in out
     assert main(["--home", str(home), *command.split()[1:]]) == 0
     assert "+1. Gather requirements first" in capsys.readouterr().out
+
+
+@recorded
+def test_a_recorded_claude_compaction_summary_is_found_and_marked(tmp_path):
+    import shutil
+
+    name = "cc-2.0.76-auto-compact-boundary-and-summary.jsonl"
+    session = "198393f2-22db-477b-ac77-1825bea883ae"
+    folder = tmp_path / "claude" / "-work-x"
+    folder.mkdir(parents=True)
+    shutil.copy(FIXTURES / "claude-code" / name, folder / f"{session}.jsonl")
+    roots = {"pi": tmp_path / "pi", "claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    history = History(roots, tmp_path / "home")
+    try:
+        reply = history.search('"Deleted the orphaned session state file"', f"claude:{session}")
+        (hit,) = reply.references
+        assert (hit["kind"], hit.get("compaction_summary")) == ("user", True)
+        assert hit["history_id"] == "8373cdaf-79c9-4b53-87f9-6618ecbefff1"
+    finally:
+        history.close()
