@@ -286,15 +286,23 @@ def preview(item: HistoryItem) -> str:
 # output ``{"chunk_id", …, "output"}``, a tool's ``{"stdout", "stderr"}``, an MCP-style
 # ``{"content": [{"type": "text", "text"}]}``) is searched and shown as that text, decoded.
 DECODED_KEYS = ("output", "stdout", "stderr", "content")
+HEADER_CHARS = 400  # how far into an output a header before the JSON object may reach
 
 
 def decoded_output(text: str) -> list[tuple[int, str]] | None:
     """The texts a JSON-object tool output holds under :data:`DECODED_KEYS`, in that order,
     each with the 1-based line of ``text`` it is written on, then the object's other members
-    as one line of JSON (so no word of the output is lost to search); ``None`` when ``text``
-    is not such an object (then it is searched as it is)."""
-    stripped = text.strip()
-    if not (stripped.startswith("{") and stripped.endswith("}") and '"' in stripped):
+    as one line of JSON (so no word of the output is lost to search); a few header lines
+    before the object (Codex's exec tool: "Script completed", wall time, "Output:") come first
+    as they are. ``None`` when ``text`` is not such an object (then it is searched as it is)."""
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("{", start):  # a few header lines first: Codex's exec tool writes
+        start = text.find("\n{", 0, HEADER_CHARS)  # "Script completed … Output:", then JSON
+        if start < 0:
+            return None
+        start += 1
+    stripped = text[start:].strip()
+    if not (stripped.endswith("}") and '"' in stripped):
         return None
     try:
         value = json.loads(stripped, strict=False)
@@ -303,6 +311,8 @@ def decoded_output(text: str) -> list[tuple[int, str]] | None:
     if not isinstance(value, dict):
         return None
     found: list[tuple[int, str]] = []
+    if text[:start].strip():
+        found.append((1, text[:start].strip()))
     held = False
     for key in DECODED_KEYS:
         inner = value.get(key)
@@ -314,7 +324,7 @@ def decoded_output(text: str) -> list[tuple[int, str]] | None:
             continue
         held = True
         if inner:
-            at = re.search(rf'"{key}"\s*:', text)
+            at = re.compile(rf'"{key}"\s*:').search(text, start)
             found.append((1 + text.count("\n", 0, at.start()) if at else 1, inner))
     if not held:
         return None

@@ -373,3 +373,37 @@ def test_a_recorded_claude_compaction_summary_is_found_and_marked(tmp_path):
         assert hit["history_id"] == "8373cdaf-79c9-4b53-87f9-6618ecbefff1"
     finally:
         history.close()
+
+
+def test_codex_exec_output_after_its_header_part_is_found_and_shown_decoded(tmp_path):
+    """Codex's default model calls its ``exec`` tool (JavaScript); the output is recorded as two
+    text parts, a header ("Script completed", wall time, "Output:") and the JSON in text."""
+    root = tmp_path / "codex"
+    lines = [codex_line("session_meta", {"id": CODEX_ID, "cwd": "/work/app",
+                                         "timestamp": "2026-01-01T00:00:00.000Z"}, 0),
+             codex_line("response_item", {"type": "message", "role": "user", "content": [
+                 {"type": "input_text", "text": "run the steps"}]}, 1),
+             codex_line("response_item", {
+                 "type": "custom_tool_call", "name": "exec", "call_id": "call_x",
+                 "input": "const r = await tools.exec_command({cmd: './steps.sh'});\ntext(r);"},
+                 2),
+             codex_line("response_item", {
+                 "type": "custom_tool_call_output", "call_id": "call_x", "output": [
+                     {"type": "input_text",
+                      "text": "Script completed\nWall time 0.1 seconds\nOutput:\n"},
+                     {"type": "input_text", "text": exec_output(STEPS)}]}, 3)]
+    folder = root / "2026" / "01" / "01"
+    folder.mkdir(parents=True)
+    (folder / f"rollout-2026-01-01T00-00-00-{CODEX_ID}.jsonl").write_text("\n".join(lines) + "\n")
+    history = History({"pi": None, "claude": None, "codex": root}, tmp_path / "home")
+    try:
+        for scope in ("session", "all"):
+            reply = history.search("MARKER-0003", CODEX, scope)
+            assert len(reply.references) == 1, scope
+            texts = [m["text"] for m in reply.references[0]["matches"]]
+            assert "MARKER-0003 shipped the pager" in texts, texts
+            assert not any("\\n" in text for text in texts)
+    finally:
+        history.close()
+    pieces = decoded_output("Script completed\nOutput:\n\n" + exec_output(STEPS))
+    assert pieces[0] == (1, "Script completed\nOutput:") and pieces[1] == (4, STEPS)

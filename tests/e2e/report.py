@@ -204,6 +204,11 @@ async def _search_mcp(run: runs.Run, marker: str) -> str | None:
     if result.is_error:
         return " ".join(getattr(c, "text", "") for c in result.content)
     references = (result.structured_content or {}).get("references") or []
-    if any("step-01" in str(r.get("preview")) or marker in str(r) for r in references):
-        return None
-    return f"{len(references)} references, none of step 1: {str(references)[:200]}"
+    if not any("step-01" in str(r.get("preview")) or marker in str(r) for r in references):
+        return f"{len(references)} references, none of step 1: {str(references)[:200]}"
+    # the hit shows the line as the agent printed it: whatever shape the tool output was stored
+    # in (Codex's exec output is JSON in text), the marker stands in decoded text
+    shown = [m.get("text", "") for r in references for m in r.get("matches") or ()]
+    if not any(marker in text and "\\n" not in text and "\\u" not in text for text in shown):
+        return f"no matched line shows {marker} decoded: {shown[:3]}"
+    return None
