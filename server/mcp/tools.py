@@ -289,7 +289,7 @@ async def recall(
 
 async def list_sessions(
     deps: Deps,
-    source: Literal["pi", "claude", "codex"] | None = None,
+    source: Literal["pi", "claude", "codex", "gemini", "opencode"] | None = None,
     project: Annotated[str | None, Field(max_length=4096, description="Only sessions whose "
                                          "working directory is this path or under it")] = None,
     limit: Annotated[int, Field(ge=1, le=100)] = 20,
