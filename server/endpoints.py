@@ -6,4 +6,5 @@ Kept apart from server/proxy/app.py so the commands that only name them (the pro
 
 DEFAULT_ANTHROPIC = "https://api.anthropic.com"
 DEFAULT_OPENAI = "https://api.openai.com"
+DEFAULT_GEMINI = "https://generativelanguage.googleapis.com"
 HEALTH_PATH = "/_context-paging/health"

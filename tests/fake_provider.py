@@ -134,6 +134,25 @@ def chat_completion(text: str = "ok", input_tokens: int = 10) -> Reply:
     return Reply(chunks=(json.dumps(body).encode(),))
 
 
+def gemini_reply(parts: list[dict[str, Any]], prompt_tokens: int = 10, stream: bool = True,
+                 cached: int = 0, finish: str = "STOP") -> Reply:
+    """A Gemini generateContent reply; streamed as SSE ``data:`` lines (``alt=sse``), the
+    parts in one event and the usage repeated on the last, as the API sends them."""
+    usage = {"promptTokenCount": prompt_tokens, "candidatesTokenCount": 3,
+             "totalTokenCount": prompt_tokens + 3, "cachedContentTokenCount": cached}
+    whole = {"candidates": [{"content": {"role": "model", "parts": parts},
+                             "finishReason": finish, "index": 0}],
+             "usageMetadata": usage, "modelVersion": "gemini-fake", "responseId": "fake"}
+    if not stream:
+        return Reply(chunks=(json.dumps(whole).encode(),))
+    first = {**whole, "candidates": [{"content": {"role": "model", "parts": parts},
+                                      "index": 0}]}
+    last = {**whole, "candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+                                     "finishReason": finish, "index": 0}]}
+    return Reply(200, (("content-type", "text/event-stream"),),
+                 tuple(f"data: {json.dumps(e)}\r\n\r\n".encode() for e in (first, last)))
+
+
 @dataclass
 class FakeProvider:
     """ASGI app: records requests; answers from ``queue`` first, else a default per path."""
@@ -163,6 +182,9 @@ class FakeProvider:
             return responses_stream("ok", tokens)
         if request.path.endswith("/chat/completions"):
             return chat_completion("ok", tokens)
+        if request.path.endswith((":generateContent", ":streamGenerateContent")):
+            return gemini_reply([{"text": "ok"}], tokens,
+                                stream=request.path.endswith(":streamGenerateContent"))
         return Reply(chunks=(json.dumps({"echo": request.path}).encode(),))
 
     async def __call__(self, scope, receive, send) -> None:

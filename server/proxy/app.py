@@ -36,10 +36,15 @@ import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
 from context_paging.paging.notice import shell_notice
 from context_paging.paging.resident import is_resident
-from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI, HEALTH_PATH
+from context_paging.server.endpoints import (
+    DEFAULT_ANTHROPIC,
+    DEFAULT_GEMINI,
+    DEFAULT_OPENAI,
+    HEALTH_PATH,
+)
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
-from context_paging.server.proxy import wire
+from context_paging.server.proxy import gemini, wire
 from context_paging.server.proxy.conversations import Chains
 from context_paging.server.proxy.resent import Resent, same_objects
 from starlette.background import BackgroundTask
@@ -62,12 +67,16 @@ MAX_BODY = 32 * 1024 * 1024  # paging.max_request_bytes' default (server/config.
 class Upstreams:
     anthropic: str = DEFAULT_ANTHROPIC
     openai: str = DEFAULT_OPENAI
+    gemini: str = DEFAULT_GEMINI
 
     def for_request(self, path: str, headers: Mapping[str, str]) -> str:
-        """Anthropic for its paths and its headers, OpenAI otherwise."""
+        """Anthropic for its paths and its headers, Gemini for its paths (``/v1beta/…``) and
+        its key header, OpenAI otherwise."""
         if (path.startswith(("/v1/messages", "/v1/complete", "/api/"))
                 or "anthropic-version" in headers or "x-api-key" in headers):
             return self.anthropic.rstrip("/")
+        if path.startswith(("/v1beta/", "/upload/v1beta/")) or "x-goog-api-key" in headers:
+            return self.gemini.rstrip("/")
         return self.openai.rstrip("/")
 
 
@@ -127,7 +136,7 @@ class Proxy:
         note, session = None, None
         if api is not None and isinstance(body, bytes):
             body, note, session = await anyio.to_thread.run_sync(
-                self._page, api, body, request.headers)
+                self._page, api, body, request.headers, request.url.path)
         async with anyio.create_task_group() as group:
             if note is not None:  # the tally is written while the provider thinks
                 group.start_soon(anyio.to_thread.run_sync, note)
@@ -160,8 +169,8 @@ class Proxy:
 
     # --- the conversation -------------------------------------------------------------------
 
-    def _page(self, api: wire.Api, raw: bytes,
-              headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str | None]:
+    def _page(self, api: wire.Api, raw: bytes, headers: Mapping[str, str], path: str = ""
+              ) -> tuple[bytes, Callable[[], None] | None, str | None]:
         """The body to send (the window in place of the conversation, or the original bytes),
         the stats note to write for it and the conversation's ledger session."""
         if headers.get("content-encoding", "identity") != "identity":
@@ -172,7 +181,7 @@ class Proxy:
             if self._idler is not None:
                 self._idler.enter()  # idle work under way stops at its next count
             try:
-                paged = self._paged(api, raw, headers)
+                paged = self._paged(api, raw, headers, path)
             finally:
                 if self._idler is not None:
                     self._idler.leave()
@@ -190,8 +199,8 @@ class Proxy:
                             (failed.message if failed else str(exc))[:200])
         return raw, None, None
 
-    def _paged(self, api: wire.Api, raw: bytes,
-               headers: Mapping[str, str]) -> tuple[bytes, Callable[[], None] | None, str]:
+    def _paged(self, api: wire.Api, raw: bytes, headers: Mapping[str, str], path: str = ""
+               ) -> tuple[bytes, Callable[[], None] | None, str]:
         body = self.bodies.read(raw, api.field)  # only what follows an earlier body's bytes
         value = body.value
         conversation = value[api.field]
@@ -201,6 +210,12 @@ class Proxy:
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         model = value.get("model") if isinstance(value.get("model"), str) else None
         pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
+        turns = None
+        if api is wire.GEMINI:  # paged in the Anthropic shape, written back as turns
+            turns = gemini.Turns(conversation)
+            conversation, pinned = turns.messages, turns.pinned()
+            system, tools = gemini.system_of(value), gemini.tools_of(value)
+            model = gemini.model_of(path)
         if pinned:  # counted as resident input: it stays in every window
             system = ([{"type": "text", "text": system}] if isinstance(system, str)
                       else list(system or [])) + pinned
@@ -219,8 +234,9 @@ class Proxy:
         text = notice
         if notice and not self._recovery_tools(session, api, body):  # Pi, or no MCP server
             text = shell_notice(notice, f"ledger:{session}")
-        out = raw if unchanged else wire.splice(body, api.field, _name_session(
-            window, notice, text, session, pinned))
+        named = _name_session(window, notice, text, session, pinned)
+        out = raw if unchanged else wire.splice(
+            body, api.field, turns.back(named) if turns is not None else named)
         if self.log is None:
             return out, None, session
         previous = self._previous.pop(session, None)

@@ -59,6 +59,8 @@ class Api:
 ANTHROPIC = Api("anthropic", "messages", "anthropic", "cc")
 RESPONSES = Api("responses", "input", "responses", "oa")
 CHAT = Api("chat", "messages", "openai", "oc")
+# Gemini's turns are paged in the Anthropic shape (server/proxy/gemini.py reads and writes them)
+GEMINI = Api("gemini", "contents", "anthropic", "gm")
 
 
 def route(method: str, path: str) -> Api | None:
@@ -72,6 +74,8 @@ def route(method: str, path: str) -> Api | None:
         return RESPONSES
     if path.endswith("/chat/completions"):
         return CHAT
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return GEMINI
     return None
 
 
@@ -379,7 +383,7 @@ class UsageTap:
         if len(self.pending) > USAGE_BODY_LIMIT:
             self.pending = b""
         for line in lines:
-            if line.startswith(b"data:") and b'"usage"' in line:
+            if line.startswith(b"data:") and (b'"usage"' in line or b'"usageMetadata"' in line):
                 try:
                     self._read(json.loads(line[5:]))
                 except ValueError:
@@ -396,10 +400,29 @@ class UsageTap:
     def _read(self, event: Any) -> None:
         if not isinstance(event, dict):
             return
+        if self.api is GEMINI:
+            if isinstance(event.get("usageMetadata"), dict):
+                self._gemini(event["usageMetadata"])
+            return
         for holder in (event, event.get("message"), event.get("response")):
             usage = holder.get("usage") if isinstance(holder, dict) else None
             if isinstance(usage, dict):
                 self._merge(usage)
+
+    def _gemini(self, usage: dict[str, Any]) -> None:
+        """``usageMetadata``: the prompt count includes ``cachedContentTokenCount``; thoughts
+        are output. A stream repeats the figures, the last ones standing."""
+        def number(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        if "promptTokenCount" not in usage:
+            return
+        cached = number("cachedContentTokenCount")
+        found = {"input_tokens": number("promptTokenCount") - cached,
+                 "cache_read_tokens": cached,
+                 "output_tokens": number("candidatesTokenCount") + number("thoughtsTokenCount")}
+        self.usage.update({k: v for k, v in found.items() if v >= 0})
 
     def _merge(self, usage: dict[str, Any]) -> None:
         def number(*path: str) -> int | None:
