@@ -279,8 +279,8 @@ _LEGACY_SESSION = re.compile(r"_session_([0-9A-Za-z-]+)$")
 def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
     """The agent's own session or conversation id, when the request carries one."""
     if api is ANTHROPIC:
-        header = headers.get("x-claude-code-session-id")
-        if header:
+        header = headers.get("x-claude-code-session-id") or headers.get("x-session-id")
+        if header:  # Claude Code's, or OpenCode's (``ses_…``)
             return header
         metadata = value.get("metadata")
         user = metadata.get("user_id") if isinstance(metadata, dict) else None

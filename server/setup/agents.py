@@ -14,6 +14,13 @@ What each agent gets (docs/agents.md, "Setting each agent up"):
   ``baseUrl`` re-pointed (models and auth stay), and ``~/.pi/agent/settings.json`` →
   ``compaction.enabled = false``. Pi has no MCP client; the recovery commands are the CLI's.
   ``run -- pi`` uses a temporary agent directory instead (:func:`pi_run_directory`).
+- **Gemini CLI**: ``~/.gemini/.env`` → ``GOOGLE_GEMINI_BASE_URL`` (the proxy's origin; the CLI
+  reads that file at start), ``~/.gemini/settings.json`` → ``model.compressionThreshold = 1``
+  (its compression never fires: the proxy pages instead) and the MCP server in
+  ``mcpServers``.
+- **OpenCode**: ``~/.config/opencode/opencode.json`` → ``provider.anthropic`` and
+  ``provider.openai`` ``options.baseURL`` (the proxy with ``/v1``), ``compaction.auto`` and
+  ``compaction.prune`` off, and the MCP server in ``mcp`` (a ``local`` command).
 
 Without ``--write`` the changes are printed. With it each file is rewritten atomically, its
 original kept once for ``uninstall-proxy`` (server/setup/undo.py). TOML is edited as text — only the
@@ -119,6 +126,10 @@ def planned_changes(client: str, port: int, home: Path,
                              ("providers", "openai", "baseUrl")),
                 _json_change(agent / "settings.json", {"compaction": {"enabled": False}},
                              "compaction.enabled = false", ("compaction", "enabled"))]
+    if client == "gemini":
+        return gemini_changes(url, home, server_home)
+    if client == "opencode":
+        return opencode_changes(url, home, server_home)
     raise clients.InstallError(f"unknown client {client!r}")
 
 
@@ -207,7 +218,8 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
     lines = [health]
     urls, agents = setup_checks.base_url_lines(port, home, environ)
     lines.append("agents pointing at it: " + (", ".join(agents) if agents else
-                 "none — run: context-paging install-proxy --client claude-code|codex|pi"))
+                 "none — run: context-paging install-proxy --client claude-code|codex|pi|"
+                 "gemini|opencode"))
     if urls:
         lines += ["model API base URLs:", *urls]
     lines += ["MCP server registered:", *setup_checks.registrations(home, cwd or Path.cwd())]
@@ -253,3 +265,78 @@ def paging_report(data_home: Path) -> tuple[bool, list[str]]:
     if len(found) > SHOWN_CONVERSATIONS:
         lines.append(f"  … and {len(found) - SHOWN_CONVERSATIONS:,} older conversations")
     return ok, lines
+
+
+# --- Gemini CLI and OpenCode ------------------------------------------------------------------
+
+GEMINI_BASE_URL = "GOOGLE_GEMINI_BASE_URL"
+
+
+def gemini_changes(url: str, home: Path, server_home: str | None = None) -> list[Change]:
+    """Gemini CLI: its ``.env`` names the proxy, its settings turn compression off and
+    register the MCP server (``mcpServers``, the shape Claude Desktop reads)."""
+    folder = home / ".gemini"
+    env = folder / ".env"
+    text = env.read_text(encoding="utf-8") if env.exists() else ""
+    name = clients.DEFAULT_NAME
+    entry = mcp_entry("claude-desktop", server_home)
+    return [Change(env, env_line(text, GEMINI_BASE_URL, url), f"{GEMINI_BASE_URL}={url}",
+                   env_reverse(GEMINI_BASE_URL)),
+            _json_change(folder / "settings.json",
+                         {"model": {"compressionThreshold": 1}, "mcpServers": {name: entry}},
+                         f"model.compressionThreshold = 1; mcpServers.{name} (the recovery "
+                         "tools)", ("model", "compressionThreshold"), ("mcpServers", name))]
+
+
+def opencode_changes(url: str, home: Path, server_home: str | None = None) -> list[Change]:
+    """OpenCode: its Anthropic and OpenAI providers sent to the proxy, compaction and pruning
+    off, and the MCP server as a local command."""
+    name = clients.DEFAULT_NAME
+    return [_json_change(home / ".config" / "opencode" / "opencode.json",
+                         opencode_patch(url, server_home),
+                         f"provider.anthropic/openai.options.baseURL → {url}/v1; compaction "
+                         f"off; mcp.{name} (the recovery tools)",
+                         ("provider", "anthropic", "options", "baseURL"),
+                         ("provider", "openai", "options", "baseURL"),
+                         ("compaction", "auto"), ("compaction", "prune"), ("mcp", name))]
+
+
+def opencode_patch(url: str, server_home: str | None = None, mcp: bool = True) -> dict[str, Any]:
+    """The part of opencode.json install-proxy writes; ``run -- opencode`` passes the same
+    without the MCP server (``mcp`` false), as ``run`` registers none for any agent."""
+    patch: dict[str, Any] = {"provider": {"anthropic": {"options": {"baseURL": f"{url}/v1"}},
+                                          "openai": {"options": {"baseURL": f"{url}/v1"}}},
+                             "compaction": {"auto": False, "prune": False}}
+    if mcp:
+        entry = mcp_entry("claude-desktop", server_home)
+        local: dict[str, Any] = {"type": "local", "command": [entry["command"], *entry["args"]],
+                                 "enabled": True}
+        if entry.get("env"):
+            local["environment"] = entry["env"]
+        patch["mcp"] = {clients.DEFAULT_NAME: local}
+    return patch
+
+
+def env_line(text: str, key: str, value: str) -> str:
+    """A ``.env`` file's text with ``key=value``: the key's line replaced, else added."""
+    line = f"{key}={value}"
+    pattern = re.compile(rf"^[ \t]*(?:export[ \t]+)?{re.escape(key)}[ \t]*=.*$", re.M)
+    if pattern.search(text):
+        return pattern.sub(lambda _: line, text, count=1)
+    return text + ("" if not text or text.endswith("\n") else "\n") + line + "\n"
+
+
+def env_reverse(key: str) -> undo.Reverse:
+    """uninstall-proxy for a ``.env`` line: the original's line for ``key`` put back, or the
+    line removed (and a file install-proxy made, left empty, removed)."""
+    pattern = re.compile(rf"^[ \t]*(?:export[ \t]+)?{re.escape(key)}[ \t]*=.*(?:\n|$)", re.M)
+
+    def reverse(current: str, original: str | None) -> str | None:
+        before = pattern.search(original or "")
+        if before:
+            text = pattern.sub(lambda _: before.group(0), current, count=1)
+        else:
+            text = pattern.sub("", current, count=1)
+        return None if original is None and not text.strip() else text
+
+    return reverse
