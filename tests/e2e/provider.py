@@ -1,5 +1,5 @@
-"""The validating fake provider: Anthropic Messages and OpenAI Responses, streamed or not, on
-127.0.0.1, driving the scripted task (tests/e2e/task.py).
+"""The validating fake provider: Anthropic Messages, OpenAI Responses and Gemini
+generateContent, streamed or not, on 127.0.0.1, driving the scripted task (tests/e2e/task.py).
 
 Every request is recorded with its verdict. An invalid one is answered 400 with the reasons, as
 the real APIs answer, so an agent that gets one stops and the run shows it. A valid task
@@ -8,7 +8,9 @@ also gets the ``reasoning`` item that comes with each call); after the last step
 answer. A task request without a shell tool gets a plain answer saying so and is marked: the
 model would have lost its tools. Requests outside the task (titles, probes) get a short text.
 WebSocket upgrades are refused, so Codex falls back to HTTPS as it does with any provider that
-has none.
+has none. Gemini calls carry a thought signature made from the call, which every later request
+must send back on that call's part (tests/e2e/validate.py); Gemini CLI's routing call (JSON
+mode, no tools) gets the score it asks for.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.fake_provider import (
     Reply,
     anthropic_message,
     anthropic_stream,
+    gemini_reply,
     received,
     responses_items_body,
     responses_items_stream,
@@ -37,7 +40,7 @@ class Exchange:
 
     number: int
     request: Recorded
-    api: str | None  # "anthropic" | "responses" | None (another path)
+    api: str | None  # "anthropic" | "responses" | "gemini" | None (another path)
     problems: tuple[str, ...]
     in_task: bool
     done_steps: int
@@ -56,6 +59,8 @@ def _api(method: str, path: str) -> str | None:
         return "anthropic"
     if path.endswith("/responses"):
         return "responses"
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return "gemini"
     return None
 
 
@@ -96,17 +101,18 @@ class ScriptedProvider:
         except validate.Invalid as exc:
             self._record(number, request, api, (str(exc),), "invalid", None, in_task)
             return _refusal(api, [str(exc)])
-        if in_task and _wants_json(body):  # Claude Code's session-title call
+        if in_task and (_wants_json(body) or _title_call(body)):  # a title or routing call
             in_task = False
-        check = validate.anthropic_problems if api == "anthropic" else \
-            validate.responses_problems
+        check = {"anthropic": validate.anthropic_problems, "gemini": validate.gemini_problems,
+                 "responses": validate.responses_problems}[api]
         problems = tuple(check(body))
         done = task.done_steps(body) if in_task else 0
         if problems:
             self._record(number, request, api, problems, "invalid", body, in_task, done)
             return _refusal(api, list(problems))
-        reply, answer = (_task_reply(api, body, done, number) if in_task
-                         else (_text(api, body, _side_text(body), number), "text"))
+        reply, answer = (_task_reply(api, body, done, number, request.path) if in_task
+                         else (_text(api, body, _side_text(body), number, request.path),
+                               "text"))
         self._record(number, request, api, (), answer, body, in_task, done)
         return reply
 
@@ -127,10 +133,20 @@ class ScriptedProvider:
 def _wants_json(body: dict[str, Any]) -> bool:
     config = body.get("output_config")
     form = config.get("format") if isinstance(config, dict) else None
-    return isinstance(form, dict) and form.get("type") == "json_schema"
+    generation = body.get("generationConfig")
+    return (isinstance(form, dict) and form.get("type") == "json_schema") or (
+        isinstance(generation, dict) and "responseJsonSchema" in generation)
+
+
+def _title_call(body: dict[str, Any]) -> bool:
+    """OpenCode's title request: its system prompt makes it a title generator, no tools."""
+    return "tools" not in body and "title generator" in json.dumps(body.get("system"))[:400]
 
 
 def _side_text(body: dict[str, Any]) -> str:
+    generation = body.get("generationConfig")
+    if isinstance(generation, dict) and "responseJsonSchema" in generation:
+        return json.dumps({"complexity_reasoning": "a scripted task", "complexity_score": 10})
     return json.dumps({"title": "Scripted end-to-end task"}) if _wants_json(body) else "ok"
 
 
@@ -138,10 +154,18 @@ def _tokens(body: dict[str, Any]) -> int:
     return len(json.dumps(body)) // 4
 
 
-def _task_reply(api: str, body: dict[str, Any], done: int, number: int) -> tuple[Reply, str]:
+def _task_reply(api: str, body: dict[str, Any], done: int, number: int,
+                path: str = "") -> tuple[Reply, str]:
     if done >= task.STEPS:
-        return _text(api, body, task.final_answer(), number), "final"
+        return _text(api, body, task.final_answer(), number, path), "final"
     cmd = task.command(done + 1)
+    if api == "gemini":
+        call = task.gemini_call(validate.gemini_tool_names(body), cmd)
+        if call is None:
+            return _text(api, body, "There is no shell tool in this request.", number, path), \
+                "no-tools"
+        part = {"functionCall": call, "thoughtSignature": validate.thought_signature(call)}
+        return _gemini(body, [{"text": f"Running {cmd}."}, part], path), "call"
     if api == "anthropic":
         names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         call = task.anthropic_call(names, cmd)
@@ -162,7 +186,9 @@ def _task_reply(api: str, body: dict[str, Any], done: int, number: int) -> tuple
     return _responses(body, [reasoning, item], number), "call"
 
 
-def _text(api: str, body: dict[str, Any], text: str, number: int) -> Reply:
+def _text(api: str, body: dict[str, Any], text: str, number: int, path: str = "") -> Reply:
+    if api == "gemini":
+        return _gemini(body, [{"text": text}], path)
     if api == "anthropic":
         return _anthropic(body, [{"type": "text", "text": text}], "end_turn", number)
     message = {"type": "message", "id": f"msg_e2e{number:04d}", "role": "assistant",
@@ -187,8 +213,15 @@ def _responses(body: dict[str, Any], items: list[dict[str, Any]], number: int) -
     return responses_items_body(items, _tokens(body), response_id)
 
 
+def _gemini(body: dict[str, Any], parts: list[dict[str, Any]], path: str) -> Reply:
+    return gemini_reply(parts, _tokens(body), stream=path.endswith(":streamGenerateContent"))
+
+
 def _refusal(api: str, problems: list[str]) -> Reply:
     message = "; ".join(problems)
+    if api == "gemini":
+        error = {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+        return Reply(400, chunks=(json.dumps(error).encode(),))
     if api == "anthropic":
         error = {"type": "error", "error": {"type": "invalid_request_error", "message": message},
                  "request_id": "req_e2e_invalid"}
