@@ -109,13 +109,32 @@ def responses_items_stream(items: list[dict[str, Any]], input_tokens: int = 10,
     events: list[dict[str, Any]] = [{"type": "response.created", "response": _response(
         [], "in_progress", input_tokens, response_id)}]
     for index, item in enumerate(items):
-        events.append({"type": "response.output_item.added", "output_index": index,
-                       "item": item})
+        if item.get("type") == "message":  # as the API streams text: empty, parts, deltas
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": {**item, "status": "in_progress", "content": []}})
+            events += _text_events(item, index)
+        else:
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": item})
         events.append({"type": "response.output_item.done", "output_index": index,
                        "item": item})
     events.append({"type": "response.completed",
                    "response": _response(items, "completed", input_tokens, response_id)})
     return sse([{**event, "sequence_number": n} for n, event in enumerate(events)])
+
+
+def _text_events(item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for part_index, part in enumerate(item.get("content") or ()):
+        where = {"item_id": item.get("id", ""), "output_index": index,
+                 "content_index": part_index}
+        text = part.get("text", "")
+        events += [{"type": "response.content_part.added", **where,
+                    "part": {**part, "text": ""}},
+                   {"type": "response.output_text.delta", **where, "delta": text},
+                   {"type": "response.output_text.done", **where, "text": text},
+                   {"type": "response.content_part.done", **where, "part": part}]
+    return events
 
 
 def responses_items_body(items: list[dict[str, Any]], input_tokens: int = 10,

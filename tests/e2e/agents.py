@@ -87,7 +87,7 @@ AGENTS = [
     Agent("gemini", None, 30_000),
     Agent("gemini", "gemini-2.5-flash", 30_000),
     Agent("opencode", None, 24_000),
-    Agent("opencode", "openai/gpt-5.1-codex", 24_000),
+    Agent("opencode", "openai/gpt-5.1", 24_000),
 ]
 
 

@@ -139,8 +139,11 @@ def _wants_json(body: dict[str, Any]) -> bool:
 
 
 def _title_call(body: dict[str, Any]) -> bool:
-    """OpenCode's title request: its system prompt makes it a title generator, no tools."""
-    return "tools" not in body and "title generator" in json.dumps(body.get("system"))[:400]
+    """OpenCode's title request: its system prompt (or instructions) makes it a title
+    generator, with no tools."""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    prompt = json.dumps([body.get("system"), body.get("instructions"), items[:1]])[:600]
+    return not body.get("tools") and "title generator" in prompt
 
 
 def _side_text(body: dict[str, Any]) -> str:
