@@ -125,6 +125,10 @@ def test_the_usage_metadata_is_read_for_calibration():
     whole = wire.UsageTap(wire.GEMINI, False)
     whole.feed(gemini_reply([{"text": "ok"}], 50, stream=False).body)
     assert whole.result() == {"input_tokens": 50, "cache_read_tokens": 0, "output_tokens": 3}
+    array = wire.UsageTap(wire.GEMINI, False)  # streamGenerateContent without alt=sse
+    events = [json.loads(c[5:]) for c in gemini_reply([{"text": "ok"}], 70).chunks]
+    array.feed(json.dumps(events).encode())
+    assert array.result() == {"input_tokens": 70, "cache_read_tokens": 0, "output_tokens": 3}
 
 
 def test_turns_read_thoughts_as_private_and_pair_responses_without_ids():
@@ -169,5 +173,7 @@ def test_only_gemini_generate_paths_are_routed_and_go_to_the_gemini_upstream():
     assert wire.route("GET", "/v1beta/models/m:generateContent") is None
     upstreams = Upstreams("http://a", "http://o", "http://g")
     assert upstreams.for_request("/v1beta/models/m:countTokens", {}) == "http://g"
+    assert upstreams.for_request("/v1/models/m:generateContent", {}) == "http://g"
+    assert upstreams.for_request("/v1/models", {}) == "http://o"
     assert upstreams.for_request("/v1/messages", {}) == "http://a"
     assert gemini.model_of(PATH) == "gemini-fake-pro"

@@ -75,7 +75,8 @@ class Upstreams:
         if (path.startswith(("/v1/messages", "/v1/complete", "/api/"))
                 or "anthropic-version" in headers or "x-api-key" in headers):
             return self.anthropic.rstrip("/")
-        if path.startswith(("/v1beta/", "/upload/v1beta/")) or "x-goog-api-key" in headers:
+        if (path.startswith(("/v1beta/", "/upload/v1beta/")) or "x-goog-api-key" in headers
+                or ("/models/" in path and ":" in path.rsplit("/", 1)[-1])):
             return self.gemini.rstrip("/")
         return self.openai.rstrip("/")
 

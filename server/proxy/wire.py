@@ -398,6 +398,10 @@ class UsageTap:
         return self.usage or None
 
     def _read(self, event: Any) -> None:
+        if isinstance(event, list) and self.api is GEMINI:  # streamGenerateContent without
+            for item in event:  # alt=sse answers one JSON array of the stream's events
+                self._read(item)
+            return
         if not isinstance(event, dict):
             return
         if self.api is GEMINI:
