@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
+from context_paging.index.proxied import conversation_stats
 from context_paging.server.proxy import gemini, wire
 
 from tests.fake_provider import gemini_reply
@@ -30,7 +31,10 @@ def stack(tmp_path) -> Iterator[Stack]:
 
 def turn(i: int) -> list[dict]:
     call_id = f"run_shell_command_17965243811{i:02d}_0"
-    call = {"parts": [{"functionCall": {"id": call_id, "name": "run_shell_command",
+    thought = [{"text": f"PLANTED thought {i}", "thought": True,
+                "thoughtSignature": f"dGhvdWdodA{i:04d}"}] if i % 2 else []
+    call = {"parts": [*thought,
+                      {"functionCall": {"id": call_id, "name": "run_shell_command",
                                         "args": {"command": f"cat step-{i}.txt"}},
                        "thoughtSignature": f"c2lnbmF0dXJl{i:04d}" + "Qk" * 40}],
             "role": "model"}
@@ -115,6 +119,11 @@ def test_a_gemini_cli_conversation_pages_with_calls_paired_and_signatures_kept(s
     assert found.references
     loaded = json.dumps(stack.history.load(ledger[0], [found.references[0]["history_id"]]))
     assert "gemini-marker-0" in loaded and "c2lnbmF0dXJl" not in loaded
+    assert not stack.history.search("PLANTED", ledger[0], "session", (), (), None, 3).references
+    ledger_text = "".join(p.read_text() for p in (stack.home / "ledger").glob("*.jsonl"))
+    assert "PLANTED" not in ledger_text  # a thought's text is never even stored
+    tally = conversation_stats(stack.home, ledger[0])
+    assert tally["requests"] == len(sent) and tally.get("failed_open", 0) == 0
 
 
 def test_the_usage_metadata_is_read_for_calibration():
@@ -151,6 +160,19 @@ def test_turns_read_thoughts_as_private_and_pair_responses_without_ids():
     assert results[0]["is_error"] is True and results[1]["content"] == "a b"
     assert turns.back(turns.messages) == contents
     assert all(a is b for a, b in zip(turns.back(turns.messages), contents, strict=True))
+
+
+def test_a_cut_down_output_keeps_its_response_fields_and_invents_no_id():
+    contents = [{"role": "user", "parts": [{"text": "go"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
+                {"role": "user", "parts": [{"functionResponse": {
+                    "name": "ls", "response": {"output": "a\nb\nc"}, "willContinue": False}}]}]
+    turns = gemini.Turns(contents)
+    result = turns.messages[2]["content"][0]
+    shorter = {"role": "user", "content": [{**result, "content": "a [2 lines cut]"}]}
+    out = turns.back([*turns.messages[:2], shorter])
+    assert out[2] == {"role": "user", "parts": [{"functionResponse": {
+        "name": "ls", "response": {"output": "a [2 lines cut]"}, "willContinue": False}}]}
 
 
 def test_a_rebuilt_turn_is_made_of_the_original_parts_and_joins_its_neighbour():

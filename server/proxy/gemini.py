@@ -39,6 +39,7 @@ class Turns:
         self._turn: dict[int, Any] = {}  # id(message) → the turn it was read from
         self._part: dict[int, Any] = {}  # id(block) → the part it was read from
         self._names: dict[str, str] = {}  # call id → function name
+        self._answers: dict[str, Any] = {}  # call id → the functionResponse that answered it
         self._read()
 
     def _read(self) -> None:
@@ -85,6 +86,7 @@ class Turns:
             if ident is None or ident not in {i for _, i in calls}:
                 ident = next((i for n, i in calls if n == name), ident or f"gemini-lost-{number}")
             calls[:] = [(n, i) for n, i in calls if i != ident]
+            self._answers[ident] = response
             return {"type": "tool_result", "tool_use_id": ident,
                     "content": response_text(response.get("response")),
                     **({"is_error": True} if _failed(response.get("response")) else {})}
@@ -147,13 +149,15 @@ class Turns:
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
             return {"text": block["text"]}
-        if kind == "tool_result":
+        if kind == "tool_result":  # a cut-down output: the response it stands for, new text
             ident = block.get("tool_use_id")
             text = block.get("content")
             if isinstance(text, list):
                 text = "".join(b.get("text", "") for b in text if isinstance(b, dict))
-            return {"functionResponse": {"id": ident, "name": self._names.get(ident, ""),
-                                         "response": {"output": text}}}
+            answer = self._answers.get(ident) if isinstance(ident, str) else None
+            if answer is None:
+                answer = {"id": ident, "name": self._names.get(ident, "")}
+            return {"functionResponse": {**answer, "response": {"output": text}}}
         if kind == "tool_use":
             return {"functionCall": {"id": block.get("id"), "name": block.get("name"),
                                      "args": block.get("input") or {}}}
