@@ -218,3 +218,26 @@ def test_discovery_finds_only_chat_files_under_the_gemini_root(tmp_path):
     (root / "exporter" / "other.jsonl").write_text("{}\n")
     found = list(iter_session_files({"gemini": root}))
     assert [(f.source, f.session_id) for f in found] == [("gemini", "2561e3b3")]
+
+
+@pytest.mark.parametrize(("ref", "call_word", "output"), [
+    ("gemini:2561e3b3", "run_shell_command", "Output: geminimarker42zq"),
+    (f"opencode:{OPENCODE_ID}", "bash", "opencodemarker42zq"),
+])
+def test_each_session_is_browsed_loaded_and_recalled_with_no_private_text(five, ref, call_word,
+                                                                          output):
+    from context_paging.server.config import load_settings
+    from context_paging.server.histories import make_history
+
+    history = make_history(load_settings(home=str(five)))
+    try:
+        items, _ = history.browse(ref, direction="forward", sequence=0, count=10)
+        turns = [i for i in items if i.get("tools")]
+        assert turns and call_word in turns[0]["tools"]
+        loaded = history.load(ref, [turns[0]["history_id"]])
+        text = json.dumps(loaded)
+        assert output in text and "Let me think" not in text and "c2lnbmF0dXJl" not in text
+        call_id = loaded[0]["tool_results"][0]["tool_call_id"]
+        assert output in history.recall(ref, tool_call_id=call_id).text
+    finally:
+        history.close()
