@@ -100,3 +100,14 @@ def test_an_env_line_is_replaced_where_it_stands_and_removed_on_the_way_back():
     assert reverse(changed, text) == text
     assert reverse("A=1\nGOOGLE_GEMINI_BASE_URL=http://h\n", "A=1\n") == "A=1\n"
     assert agents.env_line("A=1", "K", "v") == "A=1\nK=v\n"
+
+
+def test_install_config_registers_the_server_in_gemini_clis_settings(user_home, capsys):
+    settings = user_home / ".gemini" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}}))
+    assert main(["install-config", "--client", "gemini", "--write"]) == 0
+    written = json.loads(settings.read_text())
+    assert written["security"] == {"auth": {"selectedType": "gemini-api-key"}}
+    assert written["mcpServers"]["context-paging"]["args"][-3:] == ["serve", "--tools", "recovery"]
+    assert "type" not in written["mcpServers"]["context-paging"]
