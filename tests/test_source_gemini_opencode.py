@@ -241,3 +241,11 @@ def test_each_session_is_browsed_loaded_and_recalled_with_no_private_text(five, 
         assert output in history.recall(ref, tool_call_id=call_id).text
     finally:
         history.close()
+
+
+def test_a_file_that_is_no_opencode_database_lists_no_session_and_says_why(tmp_path, caplog):
+    root = tmp_path / "opencode"
+    root.mkdir()
+    (root / opencode.DATABASE).write_bytes(b"not a database at all" * 100)
+    assert list(iter_session_files({"opencode": root})) == []
+    assert "OpenCode's sessions not listed" in caplog.text

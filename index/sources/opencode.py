@@ -24,6 +24,7 @@ one record per message with its parts, oldest first. ``build`` turns them into m
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -45,6 +46,7 @@ from context_paging.index.model import (
     Usage,
 )
 
+log = logging.getLogger("context_paging")
 DATABASE = "opencode.db"
 _TITLE_CHARS = 80
 _COUNTED_PARTS = ("step-start", "step-finish", "patch", "snapshot", "agent", "subtask",
@@ -68,14 +70,17 @@ def _connect(path: str, root: str | None) -> sqlite3.Connection:
 
 
 def session_ids(path: str, root: str | None = None) -> list[str]:
-    """The ids of the sessions in the database, oldest first (none when it cannot be read)."""
+    """The ids of the sessions in the database, oldest first (none, with one warning, when it
+    cannot be read)."""
     try:
         connection = _connect(path, root)
-    except OSError:
+    except OSError as exc:
+        log.warning("OpenCode's sessions not listed: %s", exc)
         return []
     try:
         rows = connection.execute("SELECT id FROM session ORDER BY time_created, id").fetchall()
-    except sqlite3.Error:
+    except sqlite3.Error as exc:
+        log.warning("OpenCode's sessions not listed: %s: %s", path, exc)
         return []
     finally:
         connection.close()
