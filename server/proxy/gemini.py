@@ -23,7 +23,7 @@ GEMINI.md) are instructions, not history: they travel with the notice once that 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 Message = dict[str, Any]
@@ -217,5 +217,3 @@ def model_of(path: str) -> str | None:
     model = tail.partition(":")[0]
     return model or None
 
-
-Back = Callable[[Sequence[Message]], list[Any]]
