@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
 from context_paging.index.proxied import ProxyLog  # noqa: E402
-from context_paging.server.proxy import wire  # noqa: E402
 from context_paging.server.config import load_settings  # noqa: E402
 from context_paging.server.histories import make_history  # noqa: E402
+from context_paging.server.proxy import wire  # noqa: E402
 from context_paging.server.proxy.app import Proxy, Upstreams  # noqa: E402
 
 from tests.fake_provider import FakeProvider, Served  # noqa: E402

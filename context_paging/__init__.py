@@ -8,7 +8,7 @@ through setuptools' package-dir mapping) so that an install never puts a generic
 
 from __future__ import annotations
 
-from pathlib import Path as _Path
+import os as _os
 
 # The one place the version is written: pyproject.toml reads it from here at build time, so a
 # command that only prints it never opens the installed metadata (importlib.metadata alone
@@ -17,6 +17,8 @@ __version__ = "0.1.0"
 
 # Run from a source checkout without an install (``python -m pytest`` at the root with nothing
 # installed), the sub-packages live beside this folder rather than inside it.
-_here = _Path(__file__).resolve().parent
-if not (_here / "server").is_dir() and (_here.parent / "pyproject.toml").is_file():
-    __path__.append(str(_here.parent))  # noqa: F821 - the package's own search path
+_here = _os.path.dirname(_os.path.realpath(__file__))  # os.path: pathlib costs --version 10 ms
+_root = _os.path.dirname(_here)
+if not _os.path.isdir(_os.path.join(_here, "server")) and _os.path.isfile(
+        _os.path.join(_root, "pyproject.toml")):
+    __path__.append(_root)  # noqa: F821 - the package's own search path

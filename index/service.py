@@ -277,7 +277,11 @@ class History:
                                       args=(canonical, cwd, items, state),
                                       name=f"index {canonical}", daemon=True)
         self._syncing[canonical] = worker
-        worker.start()
+        release = _hold_interrupts()  # a child process finishes its write whatever Ctrl-C says
+        try:
+            worker.start()
+        finally:
+            release()
 
     def _sync_quietly(self, canonical: str, cwd: str, items: Sequence[HistoryItem],
                       state: dict[str, Any]) -> None:
@@ -476,6 +480,7 @@ CHILD_FROM_CHARS = 2_000_000  # a session this large is indexed by a child proce
 
 
 def _index_in_child(roots: Mapping[str, Path | None], home: Path, canonical: str) -> None:
+    _ignore_interrupts()
     history = History(roots, home)
     try:
         history.ensure_indexed(canonical)
@@ -517,7 +522,18 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
     import multiprocessing
 
     method = "fork" if threading.active_count() == 1 else "spawn"  # fork is unsafe with threads
-    with multiprocessing.get_context(method).Pool(workers) as pool:
+    # A worker interrupted mid-task prints a traceback and can die holding the pool's queue
+    # lock, which hangs the pool's shutdown: workers leave Ctrl-C to this process
+    # (:func:`_hold_interrupts`), and one that reaches it while the pool starts is raised once
+    # the pool is in its ``with``, which ends the pool.
+    release = _hold_interrupts()
+    try:
+        pool = multiprocessing.get_context(method).Pool(workers, initializer=_ignore_interrupts)
+    except BaseException:
+        release()
+        raise
+    with pool:
+        release()
         pending: deque = deque()
         queue = iter(files)
         for found in queue:
@@ -531,6 +547,30 @@ def prepare_files(files: Sequence[SessionFileRef], roots: Mapping[str, Path | No
             if nxt is not None:
                 pending.append((nxt, pool.apply_async(prepare_file, (nxt, roots.get(nxt.source)))))
             yield found, result.get()
+
+
+def _hold_interrupts() -> Callable[[], None]:
+    """Block SIGINT in this thread while worker processes start; returns what unblocks it.
+
+    Ctrl-C is the CLI's to handle (one line, status 130), but the terminal sends SIGINT to the
+    whole process group, workers included: a worker started with it blocked (the mask is
+    inherited) cannot be interrupted before :func:`_ignore_interrupts` runs, and a SIGINT that
+    reaches this process meanwhile waits until the returned function is called.
+    """
+    import signal
+
+    mask = getattr(signal, "pthread_sigmask", None)  # POSIX; elsewhere the initializer alone
+    if mask is None:
+        return lambda: None
+    blocked = mask(signal.SIG_BLOCK, {signal.SIGINT})
+    return lambda: mask(signal.SIG_SETMASK, blocked)
+
+
+def _ignore_interrupts() -> None:
+    """A worker process leaves Ctrl-C to its parent, which ends it or lets it finish a write."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _still_inside(found: SessionFileRef, roots: Mapping[str, Path | None]) -> bool:

@@ -38,6 +38,9 @@ class ProxyFigures(BaseModel):
     full_tokens: int
     cut_advances: int
     prefix_share: float | None
+    # recovery calls the proxy answered in band, and how many of them returned something
+    inband_calls: int = 0
+    inband_found: int = 0
 
 
 class Stats(BaseModel):
@@ -158,4 +161,7 @@ def render(stats: Stats) -> str:
                        f"~{_grouped(p.full_tokens)} in full history{less}"),
                   _row("Cut advances", _grouped(p.cut_advances)),
                   _row("Repeated prefix", share)]
+        if p.inband_calls:
+            lines.append(_row("Recovery in band", f"{_grouped(p.inband_calls)} calls, "
+                              f"{_grouped(p.inband_found)} returned something"))
     return "\n".join(lines)

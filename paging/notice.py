@@ -101,36 +101,38 @@ def recovery_replacement(history_id: str, tool_call_id: str) -> str:
 
 
 # The notice for an agent without the recovery tools (Pi has no MCP client): the same facts,
-# with the CLI commands that do what each tool does, run in the agent's shell.
+# with the CLI commands that do what each tool does, run in the agent's shell. ``{cli}`` is a
+# command that runs from any shell (an agent's login shell may not have the virtualenv on PATH):
+# the absolute path of the console script, or this Python running the module.
 _SHELL_LINES = {
     "Find stored items with search_history or browse_history.":
-        'Find stored items with the shell command: context-paging search "<words>" '
-        "--session {session} (or context-paging browse --session {session}).",
+        'Find stored items with the shell command: {cli} search "<words>" '
+        "--session {session} (or {cli} browse --session {session}).",
     "Fetch exact items with load_history or exact output pages with read_context_output.":
-        "Show exact items with: context-paging show <history_id> --session {session}; "
-        "a whole tool output with: context-paging recall <tool_call_id> --session {session}.",
+        "Show exact items with: {cli} show <history_id> --session {session}; "
+        "a whole tool output with: {cli} recall <tool_call_id> --session {session}.",
     "To get it back, use search_history or browse_history, then load_history or"
     " read_context_output.":
-        'To get it back, run: context-paging search "<words>" --session {session}, then '
-        "context-paging recall <tool_call_id> --session {session}.",
+        'To get it back, run: {cli} search "<words>" --session {session}, then '
+        "{cli} recall <tool_call_id> --session {session}.",
 }
 _READ_PREFIX = "Read that evicted tool output with read_context_output("
 
 
-def shell_notice(notice: str, session: str) -> str:
-    """``notice`` with each tool named replaced by the CLI command for ``session``; the same
-    notice in gives the same text out."""
+def shell_notice(notice: str, session: str, cli: str = "context-paging") -> str:
+    """``notice`` with each tool named replaced by the CLI command for ``session``, run as
+    ``cli``; the same notice in gives the same text out."""
     lines = []
     for line in notice.split("\n"):
         if line in _SHELL_LINES:
-            line = _SHELL_LINES[line].format(session=session)
+            line = _SHELL_LINES[line].format(session=session, cli=cli)
         elif line.startswith(_READ_PREFIX):
-            line = _shell_read(line, session)
+            line = _shell_read(line, session, cli)
         lines.append(line)
     return "\n".join(lines)
 
 
-def _shell_read(line: str, session: str) -> str:
+def _shell_read(line: str, session: str, cli: str) -> str:
     import json
 
     try:
@@ -138,5 +140,25 @@ def _shell_read(line: str, session: str) -> str:
         history_id, call_id = arguments["history_id"], arguments["tool_call_id"]
     except (ValueError, KeyError, TypeError):
         return line
-    return (f"Read that evicted tool output with: context-paging output {history_id} "
+    return (f"Read that evicted tool output with: {cli} output {history_id} "
             f"--tool-call-id {call_id} --session {session}.")
+
+
+# The notice for an agent the proxy offers its own recovery tools to (in band): the same facts,
+# naming the three tools offered (search_history, read_context_output, recall), which take no
+# session (the proxy answers them for the conversation they are called in).
+_INBAND_LINES = {
+    "Find stored items with search_history or browse_history.":
+        "Find stored items with search_history.",
+    "Fetch exact items with load_history or exact output pages with read_context_output.":
+        "Fetch exact output pages with read_context_output, or a whole original with recall.",
+    "To get it back, use search_history or browse_history, then load_history or"
+    " read_context_output.":
+        "To get it back, use search_history, then recall or read_context_output.",
+}
+
+
+def inband_notice(notice: str) -> str:
+    """``notice`` naming only the tools the proxy offers in band; the same notice in gives the
+    same text out."""
+    return "\n".join(_INBAND_LINES.get(line, line) for line in notice.split("\n"))

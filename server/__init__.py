@@ -10,8 +10,9 @@
 The modules directly in this folder are what every road shares: the settings (``config``,
 ``settings_help``), the process's one History (``histories``, ``warmup``), the tokenizer
 (``tokens``), error wording (``errors``), spare-time work (``idle``), the collector (``heap``),
-the proxy's fixed addresses (``endpoints``), the progress line (``progress``), and the entry
-point ``cli``, which builds the parser and hands each command to its road.
+the proxy's fixed addresses (``endpoints``), the progress line (``progress``), the limits of
+every number a command or tool takes (``bounds``), tables fitted to the terminal (``table``),
+and the entry point ``cli``, which builds the parser and hands each command to its road.
 
 Imports (docs/architecture.md, "Who may import whom"): a shared module imports no road; a road
 imports the shared modules, ``index`` and ``paging``, and of the other roads only those its

@@ -24,17 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from context_paging.paging.distill.config import DistillConfig, check_setting
+from context_paging.server.endpoints import DEFAULT_HOME, ENV_HOME
 
 log = logging.getLogger("context_paging")
 
-DEFAULT_HOME = "~/.local/share/context-paging"
-ENV_HOME = "CONTEXT_PAGING_HOME"
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
 def _positive_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SAFE_INTEGER:
-        raise ValueError("must be a positive safe integer")
+        raise ValueError(f"must be a whole number from 1 to {MAX_SAFE_INTEGER:,}")
     return value
 
 
@@ -94,6 +93,13 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         # host does, saves sending, dumping and parsing the window twice: 8-18 ms a call over
         # stdio on the benchmark workload, bench/stdio_trace.py).
         "select_context_text": ("json", _choice("json", "summary")),
+    },
+    "proxy": {
+        # The recovery tools the proxy offers the model itself and answers in band
+        # (server/proxy/inband.py): "auto" when the agent has none, "always", or "never".
+        "recovery_tools": ("auto", _choice("auto", "always", "never")),
+        # Follow-up requests the proxy may send for one agent request while answering them.
+        "recovery_rounds": (3, _positive_int),
     },
     "ledger": {
         # Ledger sessions not written for this many days are deleted when a server or proxy

@@ -71,3 +71,30 @@ def test_the_cli_reference_documents_every_option_of_every_command():
             for flag in action.option_strings:
                 if flag not in ("-h", "--help"):
                     assert f"`{flag}" in section, (name, flag)
+
+
+# Words a person reading --help or the settings reference has no way to know: the project's
+# internals, the project it follows, the ranking's name, the judge's probabilities.
+INSIDER = ("frontier", "upstream", "BM25", "P(", "P is", "the roots", "cl100k", "FIFO",
+           "Master switch", "strategy", "baseline's", "weighed with")
+
+
+def _help_texts() -> dict[str, str]:
+    from context_paging.server.settings_help import MEANINGS
+
+    parser = build_parser(grouped_help=False)
+    texts = {"context-paging": parser.description or ""}
+    for name, command in {"context-paging": parser, **_commands(parser)}.items():
+        texts[f"{name} (description)"] = command.description or ""
+        for action in command._actions:
+            if action.help and action.help != argparse.SUPPRESS:
+                texts[f"{name} {'/'.join(action.option_strings) or action.dest}"] = action.help
+    for section, keys in MEANINGS.items():
+        texts.update({f"[{section}] {key}": meaning for key, meaning in keys.items()})
+    return texts
+
+
+def test_help_and_setting_descriptions_use_plain_words():
+    found = {where: word for where, text in _help_texts().items() for word in INSIDER
+             if word.lower() in text.lower()}
+    assert found == {}

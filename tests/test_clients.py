@@ -161,10 +161,12 @@ def test_write_merges_the_entry_and_keeps_other_servers_and_keys(tmp_path, capsy
     assert after["mcpServers"]["filesystem"] == before["mcpServers"]["filesystem"]
     assert list(after["mcpServers"]) == ["filesystem", "context-paging"]
     assert after["mcpServers"]["context-paging"]["command"] != "/old/context-paging"
-    assert (tmp_path / "claude_desktop_config.json.bak").read_text() == previous_text
+    kept = json.loads((tmp_path / "claude_desktop_config.json.context-paging-undo").read_text())
+    assert kept["original"] == previous_text  # for uninstall-config
     assert "Added 'context-paging'" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "claude_desktop_config.json", "claude_desktop_config.json.bak"]  # no temp file left
+        "claude_desktop_config.json",
+        "claude_desktop_config.json.context-paging-undo"]  # no temp file, no .bak left
 
 
 def test_write_creates_a_missing_file_and_its_folders(tmp_path):

@@ -63,8 +63,12 @@ def fresh_venv(tmp_path: Path) -> Path:
 
 def test_the_wheel_installs_one_package_and_imports_beside_a_local_server_and_index(tmp_path):
     wheel = build_wheel(tmp_path)
-    tops = {name.split("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist()}
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/", 1)[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"context_paging"}
+    # the live view's page ships with the package (nothing is fetched to show it)
+    assert {f"context_paging/server/data/live-view.{ext}" for ext in ("html", "css", "js")
+            } <= set(names)
 
     python = fresh_venv(tmp_path)
     run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",

@@ -92,11 +92,13 @@ def test_forget_deletes_a_conversations_ledger_state_tally_and_index_entries(tmp
         history.close()
     name = gone.removeprefix("ledger:")
     assert (home / "ledger" / f"{name}.jsonl").exists() and last_proxied(home) == gone
+    assert (home / "proxy" / f"{name}.requests.jsonl").exists()  # the live view's series
     assert main(["--home", str(home), "forget", "--session", gone]) == 0
     assert "deleted" in capsys.readouterr().out
     assert not (home / "ledger" / f"{name}.jsonl").exists()
     assert not (home / "state" / f"{name}.json").exists()
     assert not (home / "proxy" / f"{name}.json").exists()
+    assert not (home / "proxy" / f"{name}.requests.jsonl").exists()
     assert last_proxied(home) is None
     secret = b"sk-live-secret"
     assert not any(secret in p.read_bytes() for p in home.rglob("*") if p.is_file())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from context_paging.server.cli import main
 from context_paging.server.proxy.commands import child_environment
-from context_paging.server.setup import agents, checks
+from context_paging.server.setup import agents, checks, undo
 
 
 @pytest.fixture
@@ -92,14 +92,28 @@ def test_run_points_gemini_and_opencode_at_the_proxy_without_touching_their_file
     assert extra == []
 
 
-def test_an_env_line_is_replaced_where_it_stands_and_removed_on_the_way_back():
+def test_an_env_line_is_replaced_where_it_stands_and_taken_back_by_its_key(tmp_path):
     text = "A=1\nexport GOOGLE_GEMINI_BASE_URL=x\nB=2"
     changed = agents.env_line(text, "GOOGLE_GEMINI_BASE_URL", "http://h")
     assert changed == "A=1\nGOOGLE_GEMINI_BASE_URL=http://h\nB=2"
-    reverse = agents.env_reverse("GOOGLE_GEMINI_BASE_URL")
-    assert reverse(changed, text) == text
-    assert reverse("A=1\nGOOGLE_GEMINI_BASE_URL=http://h\n", "A=1\n") == "A=1\n"
+    env, key = tmp_path / ".env", [("GOOGLE_GEMINI_BASE_URL",)]
+    assert undo.take_back(env, changed, text, key) == text
+    assert undo.take_back(env, "A=1\nGOOGLE_GEMINI_BASE_URL=http://h\n", "A=1\n", key) == "A=1\n"
+    assert undo.take_back(env, "GOOGLE_GEMINI_BASE_URL=http://h\n", None, key) is None
     assert agents.env_line("A=1", "K", "v") == "A=1\nK=v\n"
+
+
+def test_uninstall_proxy_for_gemini_keeps_env_lines_the_user_added_since(user_home):
+    env = user_home / ".gemini" / ".env"
+    env.parent.mkdir()
+    env.write_text("GEMINI_API_KEY=k\nGOOGLE_GEMINI_BASE_URL=http://mine\n")
+    assert main(["install-proxy", "--client", "gemini", "--write"]) == 0
+    assert main(["install-proxy", "--client", "gemini", "--write"]) == 0  # idempotent
+    assert env.read_text() == "GEMINI_API_KEY=k\nGOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787\n"
+    env.write_text(env.read_text() + "DEBUG=1\n")  # the user's line, after install
+    assert main(["uninstall-proxy", "--client", "gemini"]) == 0
+    assert env.read_text() == "GEMINI_API_KEY=k\nGOOGLE_GEMINI_BASE_URL=http://mine\nDEBUG=1\n"
+    assert not undo.record_path(env).exists()
 
 
 def test_install_config_registers_the_server_in_gemini_clis_settings(user_home, capsys):

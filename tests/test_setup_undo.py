@@ -140,3 +140,159 @@ def test_doctor_reports_every_agents_base_url_whatever_its_port_and_the_registra
     assert "agents pointing at it: none" in text
     _, text = agents.doctor(9001, tmp_path / "data", user_home, {}, cwd=tmp_path)
     assert "agents pointing at it: Claude Code (~/.claude/settings.json)" in text
+
+
+# --- run twice = run once; edits made since are kept ----------------------------------------
+
+
+@pytest.mark.parametrize("client", ["claude-code", "codex", "pi"])
+def test_install_proxy_twice_is_install_proxy_once_byte_for_byte(user_home, client):
+    assert main(["install-proxy", "--client", client, "--write"]) == 0
+    once = snapshot(user_home)
+    assert main(["install-proxy", "--client", client, "--write"]) == 0
+    assert snapshot(user_home) == once
+
+
+EDITS = {  # client -> (file, how the user edits it after install-proxy, what must survive)
+    "claude-code": (".claude/settings.json",
+                    lambda text: text.replace('"model": "opus"', '"model": "sonnet"'),
+                    lambda text: json.loads(text) == {"model": "sonnet", "env": {"FOO": "1"}}),
+    "codex": (".codex/config.toml",
+              lambda text: text + '\n[profiles.fast]\nmodel = "gpt-5-mini"\n',
+              lambda text: tomllib.loads(text)["profiles"] == {"fast": {"model": "gpt-5-mini"}}
+              and tomllib.loads(text)["model_provider"] == "azure"),
+    "pi": (".pi/agent/models.json",
+           lambda text: text.replace('"providers"', '"mine": 1, "providers"', 1),
+           lambda text: json.loads(text) == {"mine": 1, "providers": {
+               "anthropic": {"baseUrl": "https://a.example"}}}),
+}
+
+
+@pytest.mark.parametrize("client", sorted(EDITS))
+def test_an_edit_between_two_installs_survives_uninstall(user_home, client, capsys):
+    name, edit, kept = EDITS[client]
+    path = user_home / name
+    assert main(["install-proxy", "--client", client, "--write"]) == 0
+    path.write_text(edit(path.read_text()))
+    assert main(["install-proxy", "--client", client, "--write", "--port", "9999"]) == 0
+    capsys.readouterr()
+    assert main(["uninstall-proxy", "--client", client]) == 0
+    assert kept(path.read_text()), path.read_text()
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith(str(path)))
+    assert "byte for byte" not in line and "only install-proxy's settings" in line
+
+
+def test_codex_uninstall_keeps_lines_appended_after_install_and_adds_no_blank_line(user_home):
+    config = user_home / ".codex" / "config.toml"
+    original = '# mine\nmodel = "gpt-5"\n\nmodel_provider = "azure"\n'
+    config.write_text(original)
+    assert main(["install-proxy", "--client", "codex", "--write"]) == 0
+    appended = '# appended by me\nmodel_reasoning_effort = "high"\n'
+    config.write_text(config.read_text() + appended)
+    assert main(["install-proxy", "--client", "codex", "--write", "--port", "9999"]) == 0
+    assert config.read_text().endswith(appended)  # a second run keeps them too
+    assert main(["uninstall-proxy", "--client", "codex"]) == 0
+    assert config.read_text() == original + appended
+
+
+# --- install-config and its undo ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client, name", [("codex", ".codex/config.toml"),
+                                          ("claude-code", ".claude.json")])
+def test_install_config_twice_then_uninstall_config_gives_the_original_back(user_home, client,
+                                                                             name, capsys):
+    before = snapshot(user_home)
+    assert main(["install-config", "--client", client, "--write"]) == 0
+    once = snapshot(user_home)
+    assert main(["install-config", "--client", client, "--write"]) == 0
+    assert snapshot(user_home) == once
+    assert main(["uninstall-config", "--client", client]) == 0  # without --write: a preview
+    assert snapshot(user_home) == once
+    capsys.readouterr()
+    assert main(["uninstall-config", "--client", client, "--write"]) == 0
+    assert snapshot(user_home) == before
+    assert f"{user_home / name}: restored byte for byte." in capsys.readouterr().out
+
+
+def test_uninstall_config_keeps_the_entry_install_proxy_still_needs(user_home, capsys):
+    config = user_home / ".codex" / "config.toml"
+    original = config.read_text()
+    assert main(["install-config", "--client", "codex", "--write"]) == 0
+    assert main(["install-proxy", "--client", "codex", "--write"]) == 0
+    proxied = config.read_text()
+    assert main(["uninstall-config", "--client", "codex", "--write"]) == 0
+    assert config.read_text() == proxied  # the proxy's set-up registers the same server
+    assert main(["uninstall-proxy", "--client", "codex"]) == 0
+    assert config.read_text() == original
+
+
+def test_uninstall_config_takes_back_only_its_entry_from_a_file_edited_since(user_home,
+                                                                              tmp_path):
+    target = tmp_path / "mcp.json"
+    target.write_text('{"mcpServers": {"fs": {"command": "npx"}}}')
+    assert main(["install-config", "--client", "cursor", "--config", str(target), "--write",
+                 "--name", "paging"]) == 0
+    value = json.loads(target.read_text())
+    value["mcpServers"]["git"] = {"command": "uvx"}
+    target.write_text(json.dumps(value))
+    assert main(["uninstall-config", "--client", "cursor", "--config", str(target),
+                 "--name", "paging", "--write"]) == 0
+    assert json.loads(target.read_text()) == {"mcpServers": {"fs": {"command": "npx"},
+                                                             "git": {"command": "uvx"}}}
+    assert not Path(str(target) + ".context-paging-undo").exists()
+
+
+STEPS = {"config": ["install-config", "--client", "codex", "--write"],
+         "proxy": ["install-proxy", "--client", "codex", "--write"],
+         "unconfig": ["uninstall-config", "--client", "codex", "--write"],
+         "unproxy": ["uninstall-proxy", "--client", "codex"]}
+
+
+@pytest.mark.parametrize("order", [("config", "proxy", "unconfig", "unproxy"),
+                                   ("config", "proxy", "unproxy", "unconfig"),
+                                   ("proxy", "config", "unconfig", "unproxy"),
+                                   ("proxy", "config", "unproxy", "unconfig")])
+@pytest.mark.parametrize("edited_after", [0, 1, 2])
+def test_both_installs_undone_in_any_order_keep_an_edit_made_in_between(user_home, order,
+                                                                        edited_after):
+    config = user_home / ".codex" / "config.toml"
+    original = config.read_text()
+    for step, name in enumerate(order):
+        assert main(STEPS[name]) == 0
+        if step == edited_after:
+            config.write_text(config.read_text() + "# my edit\n")
+    assert config.read_text() == original + "# my edit\n"
+    assert not (user_home / ".codex" / "config.toml.context-paging-undo").exists()
+
+
+CODEX_ORIGINALS = [
+    "", "# only a comment\n", 'model = "gpt-5"', 'model = "gpt-5"\n\nmodel_provider = "azure"\n',
+    'model = "gpt-5"\n\n[profiles.x]\nmodel = "o3"\n\n[tui]\nnotifications = true\n',
+    '[model_providers.paging]\nbase_url = "http://old"\nrequest_max_retries = 4\n\n[x]\na = 1\n',
+    '[mcp_servers.context-paging]\ncommand = "old"\nstartup_timeout_sec = 20\n',
+    'a = 1\nmodel_auto_compact_token_limit = 5000\nb = 2\n\n[t]\nc = 3\n',
+]
+
+
+@pytest.mark.parametrize("original", CODEX_ORIGINALS)
+@pytest.mark.parametrize("appended", ["# later\n", 'extra = "x"\n',
+                                      '\n[profiles.later]\nmodel = "m"\n'])
+def test_codex_install_append_reinstall_uninstall_leaves_the_original_and_the_appended_lines(
+        tmp_path, original, appended):
+    from context_paging.server.setup import agents, undo
+
+    path = tmp_path / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text(original)
+    for port in (8787, 9000):
+        (change,) = agents.planned_changes("codex", port, tmp_path)
+        assert undo.write(change.path, change.text, "install-proxy", change.keys)
+        if port == 8787:
+            path.write_text(path.read_text() + appended)
+    (change,) = agents.planned_changes("codex", 9000, tmp_path)
+    assert not undo.write(change.path, change.text, "install-proxy", change.keys)
+    assert "only install-proxy's settings" in undo.undo(path, "install-proxy", change.keys)
+    ended = original if original.endswith("\n") or not original else original + "\n"
+    assert path.read_text() == ended + appended

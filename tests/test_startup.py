@@ -299,3 +299,17 @@ sys.exit(main(["--home", {str(tmp_path / 'home')!r}, "serve"]))
     assert replies[1]["result"]["structuredContent"]["mode"] == "within_budget"
     settled = [line.split() for line in stderr.splitlines() if line.startswith("settled ")]
     assert len(settled) == 1 and int(settled[0][1]) > 10_000
+
+
+def _imported(*argv: str) -> set[str]:
+    """The modules ``-X importtime`` reports for one interpreter run of ``argv``."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
+                          text=True, check=True, timeout=WAIT, cwd=PROJECT.parent)
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+            if line.startswith("import time:")}
+
+
+def test_version_loads_only_the_entry_point_beside_a_bare_interpreter():
+    extra = _imported("-m", "context_paging", "--version") - _imported("-c", "pass")
+    assert extra <= {"runpy", "context_paging", "context_paging.server",
+                     "context_paging.server.cli"}, sorted(extra)

@@ -127,7 +127,7 @@ def test_output_pages_put_back_together_are_the_exact_result(home, capsys):
     text, offset = "", 0
     while offset is not None:
         page = run_json(capsys, "output", "00000005", "--tool-call-id", result["tool_call_id"],
-                        "--offset", str(offset), "--limit", "20000")
+                        "--offset", str(offset), "--limit", "2000")
         text += page["text"]
         offset = page["next_offset"]
     assert text == dumps(result) and page["total_characters"] == len(text)

@@ -12,7 +12,8 @@ Documents (one Whoosh index named ``cp1`` in the directory the caller gives):
   the same commit as the items, so it always describes what is stored, and a sync reads one
   document instead of one per item.
 
-Sync is incremental per session (STYLE.md 9): a pure :func:`plan_sync` compares the stored
+Sync is incremental per session: a file is known by a cheap identity (size, mtime, inode,
+first-line hash; docs/architecture.md), a pure :func:`plan_sync` compares the stored
 fingerprints with the given documents, and the plan is applied in one writer transaction (a
 :class:`~index.search.writer.TermWriter`: Whoosh's segments, written faster).
 Nothing to do means no writer at all.

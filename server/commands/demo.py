@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable
@@ -24,6 +27,7 @@ from typing import Any
 
 from context_paging.index.service import History
 from context_paging.index.window.pipeline import ContextSettings
+from context_paging.server.config import Settings
 from context_paging.server.tokens import text_counter
 
 Emit = Callable[[str], object]
@@ -36,6 +40,7 @@ def _silent(done: float, total: float | None, message: str) -> None:
 SAMPLE = "demo-session.jsonl"
 BUDGET = 12_000
 SESSION = "demo-flaky-checkout"
+REF = f"ledger:{SESSION}"
 SYSTEM = "You are a careful coding agent working in /home/dev/shop."
 
 
@@ -54,18 +59,60 @@ def sample_messages() -> list[dict[str, Any]]:
 
 
 def run_demo(args: argparse.Namespace | None = None, emit: Emit = print,
-             progress: Report = _silent) -> int:
+             progress: Report = _silent, settings: Settings | None = None) -> int:
     """Run the tour; ``emit`` writes one block of output (the CLI passes ``print``) and
-    ``progress`` hears which step is running (the CLI draws it on stderr)."""
+    ``progress`` hears which step is running (the CLI draws it on stderr).
+
+    The tour runs in a throwaway home, so each run shows the same thing. With ``settings``
+    (the CLI's), the ledger session it made is then kept in the user's data directory, in
+    place of the one an earlier demo left, and the sample session file beside it: the
+    commands docs/getting-started.md shows run on them."""
     with tempfile.TemporaryDirectory(prefix="context-paging-demo-") as tmp:
         history = History({"pi": None, "claude": None, "codex": None}, Path(tmp),
                           ContextSettings(token_budget=BUDGET), text_counter)
         try:
             replay(history, emit, progress)
             progress(0, None, "searching the ledger, as the model would")
-            return recover(history, f"ledger:{SESSION}", emit)
+            code = recover(history, REF, emit)
         finally:
             history.close()
+        if code == 0 and settings is not None:
+            try:
+                emit(keep(Path(tmp), settings))
+            except Exception as exc:  # the tour itself went well: say why nothing was kept
+                print(f"context-paging: the demo's session was not kept in {settings.home}: "
+                      f"{exc}", file=sys.stderr)
+        return code
+
+
+def keep(tmp: Path, settings: Settings) -> str:
+    """Move the tour's ledger session into the user's home (replacing an earlier demo's, whose
+    search-index items go with it) and copy the sample session file there; what to try next."""
+    from context_paging.server.histories import forget_sessions
+
+    home = settings.home
+    forget_sessions(settings, [REF])
+    for folder, name in (("ledger", f"{SESSION}.jsonl"), ("state", f"{SESSION}.json")):
+        (home / folder).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp / folder / name, home / folder / f".{name}.part")
+        os.replace(home / folder / f".{name}.part", home / folder / name)
+    (home / "demo").mkdir(exist_ok=True)
+    shutil.copyfile(sample_path(), home / "demo" / SAMPLE)
+    sample = _tilde(home / "demo" / SAMPLE)
+    return (f"\nThe demo's session stays in your data directory as {REF}, so you can\n"
+            "page through it yourself (docs/getting-started.md has more):\n\n"
+            f"  context-paging search ECONNREFUSED --session {REF}\n"
+            f"  context-paging recall call_02 --pattern ERROR --session {REF}\n"
+            f"  context-paging replay {sample}\n\n"
+            f"`context-paging forget --session {REF}` deletes it\n"
+            f"(and {_tilde(home / 'demo')} holds the sample file).")
+
+
+def _tilde(path: Path) -> str:
+    """A path with the user's home directory written ``~``, as one would type it."""
+    home = os.path.expanduser("~")
+    text = str(path)
+    return "~" + text[len(home):] if text.startswith(home.rstrip("/") + "/") else text
 
 
 # What each mode in the table means, said once below it for the modes the run showed.

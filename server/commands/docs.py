@@ -25,6 +25,13 @@ CONFIG_END = "<!-- config-reference:end -->"
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS_PAGE = ROOT / "docs" / "tools.md"
 CONFIG_PAGE = ROOT / "docs" / "configuration.md"
+# The recovery tools the proxy offers in band (server/proxy/inband.py), made from the same
+# snapshot: the tools a model calls to page history back, scoped to the proxied conversation.
+OFFERED_FILE = ROOT / "server" / "data" / "recovery-tools.json"
+OFFERED = ("search_history", "read_context_output", "recall")
+# Follow-ups a description names that are not offered in band, and what it names instead.
+NOT_OFFERED = {"follow up with recall, load_history or browse_history":
+               "follow up with recall or read_context_output"}
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -82,6 +89,24 @@ def snapshot_tools() -> list[dict[str, Any]]:
     return json.loads((ROOT / "tests" / "snapshots" / "tools.json").read_text(encoding="utf-8"))
 
 
+def offered_tools(tools: list[dict[str, Any]]) -> str:
+    """The in-band tools' definitions file: name, description and input schema of each offered
+    tool, without its ``session`` argument (the proxy scopes the call to the conversation), and
+    naming no tool that is not offered."""
+    out = []
+    for tool in tools:
+        if tool["name"] not in OFFERED:
+            continue
+        schema = dict(tool["inputSchema"])
+        schema["properties"] = {k: v for k, v in schema.get("properties", {}).items()
+                                if k != "session"}
+        text = tool.get("description", "")
+        for named, offered in NOT_OFFERED.items():  # name only tools the model is given
+            text = text.replace(named, offered)
+        out.append({"name": tool["name"], "description": text, "input_schema": schema})
+    return json.dumps(out, indent=1, ensure_ascii=False) + "\n"
+
+
 def _rule(check: Callable[[Any], Any]) -> str:
     """The rule a setting's validator holds, in its own words (what it says of a bad value)."""
     try:
@@ -136,6 +161,8 @@ def main() -> None:
     blocks = ((TOOLS_PAGE, BEGIN, END, reference(snapshot_tools())),
               (CONFIG_PAGE, CONFIG_BEGIN, CONFIG_END, config_reference()),
               (cli_help.PAGE, cli_help.BEGIN, cli_help.END, cli))
+    if "--write" in sys.argv:
+        OFFERED_FILE.write_text(offered_tools(snapshot_tools()), encoding="utf-8")
     for path, begin, end, text in blocks:
         if "--write" in sys.argv:
             page = path.read_text(encoding="utf-8")

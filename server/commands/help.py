@@ -22,8 +22,10 @@ END = "<!-- cli-reference:end -->"
 GROUPS = {
     "everyday": ("demo", "sessions", "search", "browse", "show", "output", "recall", "stats",
                  "replay"),
-    "agents and proxy": ("run", "proxy", "install-proxy", "uninstall-proxy", "doctor"),
-    "host and diagnostics": ("serve", "install-config", "index", "config", "forget"),
+    "agents and proxy": ("run", "proxy", "view", "statusline", "install-proxy",
+                         "uninstall-proxy", "doctor"),
+    "host and diagnostics": ("serve", "install-config", "uninstall-config", "index", "config",
+                             "forget"),
 }
 OTHER = "other commands"
 

@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from context_paging.server.bounds import NUMBERS, at_most, number, span, text
 from context_paging.server.config import Settings
 
 if TYPE_CHECKING:
@@ -258,12 +259,14 @@ def _cmd_browse(args: argparse.Namespace, settings: Settings) -> int:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """``show``, ``output``, ``recall`` and ``browse`` in the CLI's subcommand table."""
     def session_and_json(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--session", help="session reference (default: this directory's "
+        parser.add_argument("--session", type=text("id"),
+                            help="session reference (default: this directory's "
                             "newest; see `context-paging sessions`)")
         parser.add_argument("--json", action="store_true", help="the tool's reply as JSON")
 
     show = commands.add_parser("show", help="show history items exactly (≈ load_history)")
-    show.add_argument("history_ids", nargs="+", metavar="HISTORY_ID",
+    show.add_argument("history_ids", nargs="+", metavar="HISTORY_ID", type=text("id"),
+                      action=at_most("history_ids"),
                       help="one to three history ids, from search, browse or a paging notice")
     show.add_argument("--full", action="store_true",
                       help=f"print whole tool outputs (default: the first {SHOWN_RESULT_LINES} "
@@ -274,25 +277,30 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     output = commands.add_parser(
         "output", help="page one tool output or assistant block as exact JSON "
         "(≈ read_context_output)")
-    output.add_argument("history_id", metavar="HISTORY_ID",
+    output.add_argument("history_id", metavar="HISTORY_ID", type=text("id"),
                         help="the history item that holds the output or block")
     which = output.add_mutually_exclusive_group(required=True)
-    which.add_argument("--tool-call-id", help="the tool output to read")
-    which.add_argument("--content-index", type=int, help="the assistant block to read")
-    output.add_argument("--offset", type=int, default=0, help="first character (default 0)")
-    output.add_argument("--limit", type=_positive, default=2000,
+    which.add_argument("--tool-call-id", type=text("id"), help="the tool output to read")
+    which.add_argument("--content-index", type=number("output.content_index"),
+                       help="the assistant block to read")
+    output.add_argument("--offset", type=number("output.offset"), default=0,
+                        help="first character (default 0)")
+    output.add_argument("--limit", type=number("output.limit"), default=2000,
                         help="characters per page (default 2000)")
     session_and_json(output)
     output.set_defaults(run=_cmd_output)
 
     recall = commands.add_parser(
         "recall", help="the original of a tool output or an exchange (≈ recall)")
-    recall.add_argument("id", metavar="TOOL_CALL_ID|HISTORY_ID",
+    recall.add_argument("id", metavar="TOOL_CALL_ID|HISTORY_ID", type=text("id"),
                         help="a tool call id (its output) or a history id (an omitted exchange)")
-    recall.add_argument("--pattern", help="regular expression: only matching lines, numbered")
-    recall.add_argument("--offset", type=_positive, help="first line (1-based); with --pattern "
+    recall.add_argument("--pattern", type=text("pattern"),
+                        help="regular expression: only matching lines, numbered")
+    recall.add_argument("--offset", type=number("recall.offset"),
+                        help="first line (1-based); with --pattern "
                         "it counts matching lines")
-    recall.add_argument("--limit", type=_positive, help="lines to print (at most 2000)")
+    recall.add_argument("--limit", type=number("recall.limit"),
+                        help=f"lines to print (at most {NUMBERS['recall.limit'].high})")
     session_and_json(recall)
     recall.set_defaults(run=_cmd_recall)
 
@@ -301,18 +309,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         default="backward", help="backward: older items (default); forward: "
                         "newer; around: both sides")
     anchor = browse.add_mutually_exclusive_group()
-    anchor.add_argument("--history-id", help="anchor item (default: the newest or oldest end)")
-    anchor.add_argument("--sequence", type=int, help="anchor by position (0 = oldest)")
-    browse.add_argument("--count", type=int, default=5, choices=range(1, 11), metavar="1-10",
+    anchor.add_argument("--history-id", type=text("id"),
+                        help="anchor item (default: the newest or oldest end)")
+    anchor.add_argument("--sequence", type=number("browse.sequence"),
+                        help="anchor by position (0 = oldest)")
+    browse.add_argument("--count", type=number("browse.count"), default=5,
+                        metavar=span("browse.count"),
                         help="references to return (default 5)")
-    browse.add_argument("--stride", type=int, default=1, choices=range(1, 11), metavar="1-10",
+    browse.add_argument("--stride", type=number("browse.stride"), default=1,
+                        metavar=span("browse.stride"),
                         help="take every Nth item, to skim a long session (default 1: each)")
     session_and_json(browse)
     browse.set_defaults(run=_cmd_browse)
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value

@@ -5,7 +5,8 @@ With ``[distill] judge = "sampling"``, every segment a distillation pass would j
 a large output, a batch of small outputs, a batch of old exchanges) becomes one prompt
 (:func:`paging.distill.prompt_for_segment`) asking the model for the numbers to keep, and the
 reply is read with :func:`paging.distill.parse_chunk_ids`. How the prompts reach the model
-depends on the connection's protocol era (specs/mcp-sdk-v2.md A.5):
+depends on the connection's protocol era (docs/distillation.md, "The judges"; the 2026-07-28
+protocol has no requests from server to client at all, only the SDK's resolver rounds):
 
 * **2026-07-28 and later** — the SDK's era-portable form: ``select_context`` has
   ``concurrency`` hidden parameters filled by ``Resolve`` dependencies, each returning a

@@ -24,6 +24,7 @@ from context_paging.index.search.notes import DEFAULT_SESSION_RULE
 from context_paging.index.stats import render as render_stats
 from context_paging.paging.window_form import FORMS
 from context_paging.paging.window_form import check as check_form
+from context_paging.server.bounds import LENGTHS, between
 from context_paging.server.config import Settings
 from context_paging.server.histories import distill_config, loading_history, make_history
 from context_paging.server.idle import Idler
@@ -85,17 +86,16 @@ TOOL_SETS = ("all", "recovery")
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 HOST_TOOL = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
+# Ids, references and paths: generous bounds (server/bounds.py, the CLI's flags read the same).
+ID_MAX = LENGTHS["id"]
 SessionArg = Annotated[
     str | None,
     Field(
         description="A reference from list_sessions ('claude:<id>', 'pi:<id>', 'codex:<id>', "
         "'ledger:<id>') or a bare id (6 characters or more). " + DEFAULT_SESSION_RULE,
-        max_length=4096,
+        max_length=ID_MAX,
     ),
 ]
-# Ids, references and paths: generous bounds. Real tool call ids reach 446 characters
-# (Pi on openai-codex: ``call_…|<encoded item id>``); paths and MCP tool names can be long too.
-ID_MAX = 4096
 HistoryId = Annotated[str, Field(max_length=ID_MAX, description="A history_id from a reference.")]
 
 
@@ -161,7 +161,8 @@ def progress_reporter(ctx: Context) -> Callable[[float, float | None, str], None
 
 async def search_history(
     deps: Deps,
-    query: Annotated[str, Field(max_length=200, description="Words to find (any may match); "
+    query: Annotated[str, Field(max_length=LENGTHS["query"],
+                                description="Words to find (any may match); "
                                 "\"a phrase\" in double quotes, AND to require every word, "
                                 "-word to leave items out; an empty string lists items "
                                 "oldest first")],
@@ -172,15 +173,17 @@ async def search_history(
         "directory (the session's, else the server's); all: every session (no session "
         "needed)")] = "session",
     files: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
-        max_length=10, description="Only turns that touched every one of these files: a "
+        max_length=LENGTHS["filters"], description="Only turns that touched every one of "
+        "these files: a "
         "path, a suffix of one or a file name")] = None,
     tools: Annotated[list[Annotated[str, Field(max_length=ID_MAX)]] | None, Field(
-        max_length=10, description="Only turns that called every one of these tools")] = None,
+        max_length=LENGTHS["filters"],
+        description="Only turns that called every one of these tools")] = None,
     failed: Annotated[bool | None, Field(description="Only failed (true) or successful "
                                          "(false) items")] = None,
-    limit: Annotated[int, Field(ge=1, le=50)] = 5,
-    offset: Annotated[int, Field(ge=0, le=10_000, description="Hits to skip: a reply's "
-                                 "next_offset")] = 0,
+    limit: Annotated[int, Field(**between("search.limit"))] = 5,
+    offset: Annotated[int, Field(**between("search.offset"),
+                                 description="Hits to skip: a reply's next_offset")] = 0,
     load: Annotated[bool, Field(
         description="Also return the first three items in full")] = False,
 ) -> Annotated[CallToolResult, SearchResult]:
@@ -203,10 +206,11 @@ async def browse_history(
         description="backward: older items; forward: newer; around: both sides")],
     history_id: Annotated[str | None, Field(max_length=ID_MAX,
                                             description="Anchor item")] = None,
-    sequence: Annotated[int | None, Field(ge=0, le=1_000_000, description="Anchor by "
-                                          "position instead of history_id")] = None,
-    count: Annotated[int, Field(ge=1, le=10)] = 5,
-    stride: Annotated[int, Field(ge=1, le=10, description="Step between items")] = 1,
+    sequence: Annotated[int | None, Field(**between("browse.sequence"), description="Anchor "
+                                          "by position instead of history_id")] = None,
+    count: Annotated[int, Field(**between("browse.count"))] = 5,
+    stride: Annotated[int, Field(**between("browse.stride"),
+                                 description="Step between items")] = 1,
     session: SessionArg = None,
 ) -> Annotated[CallToolResult, BrowseResult]:
     """List references to the items around an anchor, or from the newest (backward) or
@@ -220,7 +224,8 @@ async def browse_history(
 
 async def load_history(
     deps: Deps,
-    history_ids: Annotated[list[HistoryId], Field(min_length=1, max_length=3)],
+    history_ids: Annotated[list[HistoryId],
+                           Field(min_length=1, max_length=LENGTHS["history_ids"])],
     session: SessionArg = None,
 ) -> Annotated[CallToolResult, LoadResult]:
     """Return up to three history items exactly. Hidden blocks (thinking) are null. A reply
@@ -234,12 +239,13 @@ async def read_context_output(
     deps: Deps,
     history_id: HistoryId,
     source: Literal["assistant", "tool_result"],
-    content_index: Annotated[int | None, Field(ge=0, description="For source 'assistant': "
+    content_index: Annotated[int | None, Field(**between("output.content_index"),
+                                               description="For source 'assistant': "
                                                "the block's original index")] = None,
     tool_call_id: Annotated[str | None, Field(max_length=ID_MAX, description="For source "
                                               "'tool_result'")] = None,
-    offset: Annotated[int, Field(ge=0)] = 0,
-    limit: Annotated[int, Field(ge=1, le=2000)] = 2000,
+    offset: Annotated[int, Field(**between("output.offset"))] = 0,
+    limit: Annotated[int, Field(**between("output.limit"))] = 2000,
     session: SessionArg = None,
 ) -> Annotated[CallToolResult, OutputPage]:
     """Read one assistant block or tool result as exact JSON, a page at a time; repeat with
@@ -263,11 +269,14 @@ async def recall(
                                               "to return")] = None,
     history_id: Annotated[str | None, Field(max_length=ID_MAX, description="An exchange to "
                                             "return as a transcript")] = None,
-    pattern: Annotated[str | None, Field(max_length=500, description="Regular expression: "
+    pattern: Annotated[str | None, Field(max_length=LENGTHS["pattern"],
+                                         description="Regular expression: "
                                          "only matching lines, numbered")] = None,
-    offset: Annotated[int | None, Field(ge=1, description="First line (1-based); with a "
+    offset: Annotated[int | None, Field(**between("recall.offset"),
+                                        description="First line (1-based); with a "
                                         "pattern, counts matching lines")] = None,
-    limit: Annotated[int | None, Field(ge=1, le=2000, description="Lines to return")] = None,
+    limit: Annotated[int | None, Field(**between("recall.limit"),
+                                       description="Lines to return")] = None,
     session: SessionArg = None,
 ) -> Annotated[CallToolResult, RecallResult]:
     """Return the original of a shortened tool output or an omitted exchange, optionally
@@ -290,9 +299,9 @@ async def recall(
 async def list_sessions(
     deps: Deps,
     source: Literal["pi", "claude", "codex", "gemini", "opencode"] | None = None,
-    project: Annotated[str | None, Field(max_length=4096, description="Only sessions whose "
+    project: Annotated[str | None, Field(max_length=ID_MAX, description="Only sessions whose "
                                          "working directory is this path or under it")] = None,
-    limit: Annotated[int, Field(ge=1, le=100)] = 20,
+    limit: Annotated[int, Field(**between("sessions.limit"))] = 20,
 ) -> Annotated[CallToolResult, SessionsResult]:
     """List Pi, Claude Code and Codex sessions, newest first, with the reference to pass as
     session."""
@@ -312,7 +321,7 @@ async def select_context(
         description="System prompt (resident input, counted once)")] = None,
     tools: Annotated[list[dict[str, Any]] | None, Field(
         description="Tool definitions sent with the request (resident input)")] = None,
-    model: Annotated[str | None, Field(max_length=200)] = None,
+    model: Annotated[str | None, Field(max_length=LENGTHS["model"])] = None,
     model_window: Annotated[float | None, Field(description="The model's context window "
                                                 "in tokens")] = None,
     token_budget: Annotated[int | float | None, Field(description="Override the configured "

@@ -9,7 +9,9 @@ rest as received: other fields byte for byte, every header (authentication inclu
 string. Every other path (``count_tokens``, model lists, telemetry) is forwarded untouched.
 
 Replies stream back as they arrive, raw bytes, whatever the status: a provider's 429 or 529 and
-its body reach the agent as the provider sent them.
+its body reach the agent as the provider sent them. The exception is a conversation the proxy
+offers its own recovery tools to (the agent has none; server/proxy/inband.py): its replies are
+read as they pass, and calls of those tools are answered in band (server/proxy/answer.py).
 
 It fails open: an unknown body shape, a compressed body, disabled paging or any internal error
 sends the original bytes and logs one line on stderr. Headers are never logged or stored.
@@ -23,7 +25,9 @@ and a body that resends an earlier one is read from where it differs (server/pro
 
 from __future__ import annotations
 
+import functools
 import logging
+import shlex
 import socket
 import threading
 from collections import OrderedDict
@@ -34,20 +38,22 @@ from typing import Any
 import anyio.to_thread
 import httpx2 as httpx
 from context_paging.index.proxied import ProxyLog
-from context_paging.paging.notice import shell_notice
+from context_paging.paging.notice import inband_notice, shell_notice
 from context_paging.paging.resident import is_resident
 from context_paging.server.endpoints import (
     DEFAULT_ANTHROPIC,
     DEFAULT_GEMINI,
     DEFAULT_OPENAI,
     HEALTH_PATH,
+    VIEW_PREFIX,
 )
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
-from context_paging.server.proxy import gemini, wire
+from context_paging.server.proxy import answer, gemini, inband, wire
 from context_paging.server.proxy.conversations import Chains
 from context_paging.server.proxy.resent import Resent, same_objects
-from starlette.background import BackgroundTask
+from context_paging.server.setup import clients
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -92,8 +98,11 @@ class Proxy:
     def __init__(self, select: Select, upstreams: Upstreams, proxy_log: ProxyLog | None = None,
                  client: httpx.AsyncClient | None = None,
                  idle: Callable[[float, Callable[[], bool]], bool] | None = None,
-                 paging: bool = True, max_body: int = MAX_BODY) -> None:
+                 paging: bool = True, max_body: int = MAX_BODY,
+                 recovery: inband.InBand | None = None) -> None:
         self.select = select
+        # the recovery tools offered and answered in band (server/proxy/inband.py), or None
+        self.inband = recovery
         self.upstreams = upstreams
         self.log = proxy_log
         self.paging = paging
@@ -117,15 +126,23 @@ class Proxy:
         # per conversation: its latest messages and which resident one names the recovery tools
         self._marks: OrderedDict[str, Marks] = OrderedDict()
         self._marks_lock = threading.Lock()
+        # the live view's routes (server/proxy/view.py); read-only, over the home's files
+        self.view: Any = _no_view
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send, self.client)
             return
+        if scope["type"] == "websocket":  # a server with a WebSocket library hands it over
+            await _refuse_upgrade(send, scope)
+            return
         if scope["type"] != "http":
             return
         if _websocket_upgrade(scope):
             await _refuse_upgrade(send)
+            return
+        if scope["path"].startswith(VIEW_PREFIX) or scope["path"] == VIEW_PREFIX.rstrip("/"):
+            await self.view(scope, receive, send)  # the live view (server/proxy/view.py)
             return
         request = Request(scope, receive)
         if request.url.path == HEALTH_PATH:  # the one path the proxy answers itself (doctor)
@@ -134,15 +151,16 @@ class Proxy:
             return
         api = wire.route(request.method, request.url.path) if self.paging else None
         body = await self._body(request, api)
-        note, session = None, None
+        note, session, turn = None, None, None
         if api is not None and isinstance(body, bytes):
-            body, note, session = await anyio.to_thread.run_sync(
+            body, note, session, turn = await anyio.to_thread.run_sync(
                 self._page, api, body, request.headers, request.url.path)
+        numbered: list[int] = []  # the request's number in its conversation's series
         async with anyio.create_task_group() as group:
             if note is not None:  # the tally is written while the provider thinks
-                group.start_soon(anyio.to_thread.run_sync, note)
-            tap = (session, api) if api is not None and session is not None else None
-            response = await self._forward(request, body, tap)
+                group.start_soon(anyio.to_thread.run_sync, note, numbered)
+            tap = (session, api, numbered) if api is not None and session is not None else None
+            response = await self._forward(request, body, tap, turn)
         await response(scope, receive, send)
 
     async def _body(self, request: Request,
@@ -171,13 +189,14 @@ class Proxy:
     # --- the conversation -------------------------------------------------------------------
 
     def _page(self, api: wire.Api, raw: bytes, headers: Mapping[str, str], path: str = ""
-              ) -> tuple[bytes, Callable[[], None] | None, str | None]:
+              ) -> tuple[bytes, Callable[[], None] | None, str | None, answer.Turn | None]:
         """The body to send (the window in place of the conversation, or the original bytes),
-        the stats note to write for it and the conversation's ledger session."""
+        the stats note to write for it, the conversation's ledger session, and the turn whose
+        reply the proxy answers in band (None: the reply is relayed as it comes)."""
         if headers.get("content-encoding", "identity") != "identity":
             log.warning("proxy: %s body is %s-encoded; forwarded unchanged", api.name,
                         headers.get("content-encoding"))
-            return raw, None, None
+            return raw, None, None, None
         try:
             if self._idler is not None:
                 self._idler.enter()  # idle work under way stops at its next count
@@ -198,17 +217,24 @@ class Proxy:
                 log.warning("proxy: %s request forwarded unchanged after an internal error: "
                             "%s: %s", api.name, failed.code if failed else type(exc).__name__,
                             (failed.message if failed else str(exc))[:200])
-        return raw, None, None
+        return raw, None, None, None
 
     def _paged(self, api: wire.Api, raw: bytes, headers: Mapping[str, str], path: str = ""
-               ) -> tuple[bytes, Callable[[], None] | None, str]:
+               ) -> tuple[bytes, Callable[[], None] | None, str, answer.Turn | None]:
         body = self.bodies.read(raw, api.field)  # only what follows an earlier body's bytes
         value = body.value
-        conversation = value[api.field]
+        received = conversation = value[api.field]
         session = self._conversation(api, body, headers)
         self.bodies.remember(session, body)  # the next body of it is read from where it differs
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
+        recovery = self._recovery_tools(session, api, body)
+        offered = (self.inband is not None
+                   and self.inband.offers(session, api, value, recovery))
+        if self.inband is not None:  # the hidden exchanges back in place
+            conversation = self.inband.expand(session, api, received)
+        if offered:  # the offered tools count as resident input
+            tools = [*(tools or ()), *inband.offered_values(api.name)]
         model = value.get("model") if isinstance(value.get("model"), str) else None
         pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
         turns = None
@@ -220,41 +246,59 @@ class Proxy:
         if pinned:  # counted as resident input: it stays in every window
             system = ([{"type": "text", "text": system}] if isinstance(system, str)
                       else list(system or [])) + pinned
+        agent = wire.agent_name(api, headers)
         try:
             reply = self.select(session, conversation, fmt=api.fmt, system=system, tools=tools,
                                 model=model, usage=self._usage.get(session))
         except Exception as exc:
-            self._failed_open(session, api, exc, raw)
+            self._failed_open(session, api, exc, raw, agent, model)
             raise  # forwarded unchanged by the caller, with its log line
         window = reply["messages"]
-        unchanged = (len(window) == len(conversation)
-                     and all(a is b for a, b in zip(window, conversation, strict=True)))
+        read = received if turns is None else turns.messages  # what a kept window holds
+        unchanged = (len(window) == len(read)
+                     and all(a is b for a, b in zip(window, read, strict=True)))
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
+        if notice and self.inband is not None:
+            self.inband.paged(session)
         text = notice
-        if notice and not self._recovery_tools(session, api, body):  # Pi, or no MCP server
-            text = shell_notice(notice, f"ledger:{session}")
-        named = _name_session(window, notice, text, session, pinned)
-        out = raw if unchanged else wire.splice(
-            body, api.field, turns.back(named) if turns is not None else named)
+        if notice and offered:  # the tools the proxy answers, for this conversation
+            text = inband_notice(notice)
+        elif notice and not recovery:  # Pi, or no MCP server
+            text = shell_notice(notice, f"ledger:{session}", shell_command())
+        named = None  # the notice as the model reads it (the live view shows it)
+        if notice:  # the proxy's own tools need no session; the MCP server's and the CLI's do
+            named = text if offered else f"{text}\nSession for those tools: \"ledger:{session}\"."
+        spliced = None if unchanged else _name_session(window, notice, named, pinned)
+        if spliced is not None and turns is not None:
+            spliced = turns.back(spliced)
+        out, bracket = wire.splice_at(
+            body, api.field, spliced, inband.offered_bytes(api.name) if offered else b"")
+        turn = None
+        if offered and self.inband is not None:
+            turn = answer.Turn(self.inband, session, api, out, bracket, len(received),
+                               inband.anchor(received[-1]) if received else "",
+                               inband.tool_names(api, value))
         if self.log is None:
-            return out, None, session
+            return out, None, session, turn
         previous = self._previous.pop(session, None)
         self._previous[session] = out
         while len(self._previous) > PREVIOUS_BODIES:
             self._previous.popitem(last=False)
         proxy_log = self.log
 
-        def note() -> None:
+        def note(numbered: list[int]) -> None:
             try:
                 with self._log_lock:
-                    proxy_log.record(session, api.name, reply, sent=out, full=raw,
-                                     previous=previous)
+                    number = proxy_log.record(session, api.name, reply, sent=out, full=raw,
+                                              previous=previous, agent=agent, model=model,
+                                              notice=named)
+                numbered.append(number)  # the reply's usage is kept under this number
             except Exception as exc:  # stats are best effort; the request goes on
                 log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
 
-        return out, note, session
+        return out, note, session, turn
 
     def _recovery_tools(self, session: str, api: wire.Api, body: wire.Body) -> bool:
         """:func:`has_recovery_tools`, looking only at the resident items that are new since
@@ -271,7 +315,8 @@ class Proxy:
                 self._marks.popitem(last=False)
         return found[1] is not None
 
-    def _failed_open(self, session: str, api: wire.Api, exc: Exception, raw: bytes) -> None:
+    def _failed_open(self, session: str, api: wire.Api, exc: Exception, raw: bytes,
+                     agent: str | None = None, model: str | None = None) -> None:
         """Count a request the window could not be made for, with why (``doctor``)."""
         if self.log is None:
             return
@@ -279,7 +324,7 @@ class Proxy:
         reason = f"{failed.code}: {failed.message}" if failed else f"{type(exc).__name__}: {exc}"
         try:
             with self._log_lock:
-                self.log.record_failure(session, api.name, reason, raw)
+                self.log.record_failure(session, api.name, reason, raw, agent, model)
         except Exception as error:  # stats are best effort
             log.warning("proxy: stats not written: %s: %s", type(error).__name__, error)
 
@@ -293,9 +338,12 @@ class Proxy:
     # --- forwarding -------------------------------------------------------------------------
 
     async def _forward(self, request: Request, body: bytes | AsyncIterator[bytes],
-                       tap: tuple[str, wire.Api] | None = None) -> Response:
+                       tap: tuple[str, wire.Api, list[int]] | None = None,
+                       turn: answer.Turn | None = None) -> Response:
         base = self.upstreams.for_request(request.url.path, request.headers)
         headers = _forwarded_headers(request.headers.raw)
+        if turn is not None:  # a reply the proxy may answer in band must be readable
+            headers = answer.readable(headers)
         if not isinstance(body, bytes):  # streamed: the length it declared, else chunked
             headers += [(k, v) for k, v in request.headers.raw if k.lower() == b"content-length"]
         upstream = httpx.Request(request.method, base + _target(request.scope),
@@ -309,18 +357,101 @@ class Proxy:
                     "type": "api_error", "message": f"context-paging proxy could not reach "
                     f"{base}: {type(exc).__name__}"}}).encode(),
                 status_code=502, media_type="application/json")
+        if turn is not None and reply.status_code == 200 and reply.headers.get(
+                "content-encoding", "").lower() in answer.READABLE:
+            return await self._answered(request, reply, turn, base, headers, tap)
         chunks = _relayed(reply.aiter_raw(), base)
+        after = BackgroundTasks([BackgroundTask(reply.aclose)])
         if tap is not None and reply.status_code == 200 and not reply.headers.get(
                 "content-encoding"):
             streaming = reply.headers.get("content-type", "").startswith("text/event-stream")
-            chunks = self._tapped(chunks, tap[0], wire.UsageTap(tap[1], streaming))
-        response = StreamingResponse(chunks, status_code=reply.status_code,
-                                     background=BackgroundTask(reply.aclose))
+            usage_tap = wire.UsageTap(tap[1], streaming)
+            chunks = self._tapped(chunks, tap[0], usage_tap)
+            if self.log is not None:  # kept once the agent has the whole reply
+                after.add_task(anyio.to_thread.run_sync, self._note_usage, tap, usage_tap)
+        response = StreamingResponse(chunks, status_code=reply.status_code, background=after)
         # Raw bytes go back, so the provider's own headers (content-encoding and length
         # included) describe them exactly; only hop-by-hop headers stop here.
         response.raw_headers = [(k, v) for k, v in reply.headers.raw
                                 if k.lower() not in _HOP_REPLY]
         return response
+
+    async def _answered(self, request: Request, reply: httpx.Response, turn: answer.Turn,
+                        base: str, headers: list[tuple[bytes, bytes]],
+                        tap: tuple[str, wire.Api, list[int]] | None) -> Response:
+        """The reply with the offered tools' calls answered in band (server/proxy/answer.py):
+        read decoded, so its length and encoding headers no longer describe what goes back."""
+        url = base + _target(request.scope)
+
+        async def send(body: bytes) -> httpx.Response:
+            again = httpx.Request(request.method, url, headers=headers, content=body)
+            return await self.client.send(again, stream=True)
+
+        def usage(found: dict[str, int]) -> None:
+            self._remember_usage(turn.session, found)
+            if tap is not None and self.log is not None:  # the request series, all rounds
+                self._note_usage(tap, found)
+
+        kept = [(k, v) for k, v in reply.headers.raw if k.lower() not in _HOP_REPLY
+                and k.lower() not in (b"content-length", b"content-encoding")]
+        if reply.headers.get("content-type", "").startswith("text/event-stream"):
+            chunks = answer.answer_stream(turn, _relayed(reply.aiter_bytes(), base), send, usage)
+            response: Response = StreamingResponse(
+                self._counted(chunks, turn), status_code=200,
+                background=BackgroundTask(reply.aclose))
+        else:
+            try:
+                first = await reply.aread()
+            except httpx.HTTPError as exc:
+                await reply.aclose()
+                raise UpstreamBroken(type(exc).__name__) from None
+            await reply.aclose()
+            status, body, found = await answer.answer_json(turn, first, send)
+            if found:
+                usage(found)
+            await anyio.to_thread.run_sync(self._note_calls, turn)
+            response = Response(body, status_code=status)
+            if status != 200:
+                kept = [(k, v) for k, v in kept if k.lower() != b"content-type"] + [
+                    (b"content-type", b"application/json")]
+            kept.append((b"content-length", str(len(body)).encode()))
+        response.raw_headers = kept
+        return response
+
+    async def _counted(self, chunks: AsyncIterator[bytes], turn: answer.Turn
+                       ) -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            yield chunk
+        await anyio.to_thread.run_sync(self._note_calls, turn)
+
+    def _note_calls(self, turn: answer.Turn) -> None:
+        """The in-band calls of this reply in the conversation's tally (``stats``, ``doctor``)."""
+        if self.log is None or not turn.calls:
+            return
+        try:
+            with self._log_lock:
+                self.log.record_inband(turn.session, turn.api.name, turn.calls)
+        except Exception as exc:  # stats are best effort
+            log.warning("proxy: stats not written: %s: %s", type(exc).__name__, exc)
+
+    def _remember_usage(self, session: str, usage: dict[str, int]) -> None:
+        self._usage.pop(session, None)
+        self._usage[session] = usage
+        while len(self._usage) > PREVIOUS_BODIES:
+            self._usage.popitem(last=False)
+
+    def _note_usage(self, tap: tuple[str, wire.Api, list[int]],
+                    usage: wire.UsageTap | dict[str, int]) -> None:
+        """The provider's usage for this reply, in the tally and the request series."""
+        session, api, numbered = tap
+        usage = usage.usage if isinstance(usage, wire.UsageTap) else usage
+        if not usage or not numbered or self.log is None:
+            return
+        try:
+            with self._log_lock:
+                self.log.record_usage(session, api.name, dict(usage), numbered[0])
+        except Exception as exc:  # stats are best effort
+            log.warning("proxy: usage not written: %s: %s", type(exc).__name__, exc)
 
     async def _tapped(self, chunks: Any, session: str, tap: wire.UsageTap) -> Any:
         """The reply's chunks as they come, each forwarded before the usage tap reads it."""
@@ -332,10 +463,15 @@ class Proxy:
                 log.debug("usage tap failed", exc_info=True)
         usage = tap.result()
         if usage:
-            self._usage.pop(session, None)
-            self._usage[session] = usage
-            while len(self._usage) > PREVIOUS_BODIES:
-                self._usage.popitem(last=False)
+            self._remember_usage(session, usage)
+
+
+@functools.cache
+def shell_command() -> str:
+    """The CLI as a command any shell runs: the console script's absolute path, or this Python
+    running the module (the agent's login shell may not have the virtualenv on PATH)."""
+    command, prefix = clients.server_command()
+    return " ".join(shlex.quote(word) for word in (command, *prefix))
 
 
 def _target(scope: Scope) -> str:
@@ -447,14 +583,14 @@ def _marked(raw: bytes, start: int, end: int) -> bool:
     return any(mark in part for mark in _TOOL_BYTES)
 
 
-def _name_session(window: list[dict[str, Any]], notice: str | None, text: str | None,
-                  session: str, pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-    """The notice, worded as ``text`` (the tools or the CLI commands), names the ledger session
-    the recovery tools take (the proxy's conversation is not the one the MCP server would
-    guess), followed by the pinned context blocks. Same notice in, same bytes out."""
-    if not notice:
+def _name_session(window: list[dict[str, Any]], notice: str | None, named: str | None,
+                  pinned: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The notice in the window replaced by ``named``: worded for the tools or the CLI
+    commands, naming the ledger session the recovery tools take (the proxy's conversation is
+    not the one the MCP server would guess), followed by the pinned context blocks. Same
+    notice in, same bytes out."""
+    if not notice or not named:
         return window
-    named = f"{text}\nSession for those tools: \"ledger:{session}\"."
     out = list(window)
     for index, message in enumerate(out[:NOTICE_REACH]):
         content = message.get("content")
@@ -477,21 +613,34 @@ def _name_session(window: list[dict[str, Any]], notice: str | None, text: str | 
 NOTICE_REACH = 64
 
 
+async def _no_view(scope: Scope, receive: Receive, send: Send) -> None:
+    """Where no live view is mounted (a proxy built without a home): 404."""
+    await Response(b"", status_code=404)(scope, receive, send)
+
+
 def _websocket_upgrade(scope: Scope) -> bool:
     return any(k == b"upgrade" and v.lower() == b"websocket" for k, v in scope["headers"])
 
 
-async def _refuse_upgrade(send: Send) -> None:
+async def _refuse_upgrade(send: Send, scope: Scope | None = None) -> None:
     """Codex tries a WebSocket before HTTP and retries a refusal for about six seconds, except
     426 Upgrade Required, after which it posts at once (measured with Codex CLI 0.171.0). The
-    proxy pages HTTP requests only, so every upgrade gets that answer, without going upstream."""
+    proxy pages HTTP requests only, so every upgrade gets that answer, without going upstream.
+    ``scope``: a WebSocket scope (the server has a WebSocket library), answered through the
+    ASGI denial response where the server offers it, else closed (403)."""
     body = wire.dumps({"type": "error", "error": {
         "type": "invalid_request_error",
         "message": "context-paging proxy: WebSocket is not supported; use HTTP"}}).encode()
-    await send({"type": "http.response.start", "status": 426, "headers": [
+    kind = "http.response"
+    if scope is not None:
+        if "websocket.http.response" not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        kind = "websocket.http.response"
+    await send({"type": f"{kind}.start", "status": 426, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": f"{kind}.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send, client: httpx.AsyncClient) -> None:

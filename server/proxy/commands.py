@@ -30,6 +30,18 @@ if TYPE_CHECKING:  # the HTTP stack loads only for the commands that serve
 
 DEFAULT_PORT = 8787
 CLIENTS = ("claude-code", "codex", "pi", "gemini", "opencode")
+OWNER = "install-proxy"  # whose keys, in the undo record
+
+
+def port(text: str) -> int:
+    """A TCP port, for argparse: a bad one ends the command at the parser, in one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return value
 
 
 def add_commands(commands: Any) -> None:
@@ -39,7 +51,7 @@ def add_commands(commands: Any) -> None:
     _proxy_arguments(proxy)
     proxy.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1: this machine only)")
-    proxy.add_argument("--port", type=int, default=DEFAULT_PORT,
+    proxy.add_argument("--port", type=port, default=DEFAULT_PORT,
                        help=f"port to listen on (default {DEFAULT_PORT})")
     proxy.set_defaults(run=cmd_proxy)
 
@@ -50,9 +62,17 @@ def add_commands(commands: Any) -> None:
                      help="the agent and its arguments, after --")
     run.set_defaults(run=cmd_run)
 
+    view = commands.add_parser("view", help="open the proxy's live view in the browser (prints "
+                               "its URL, token included)")
+    view.add_argument("--host", default="127.0.0.1", help="the proxy's address")
+    view.add_argument("--port", type=int, default=DEFAULT_PORT,
+                      help=f"the proxy's port (default {DEFAULT_PORT})")
+    view.add_argument("--no-browser", action="store_true", help="only print the URL")
+    view.set_defaults(run=cmd_view)
+
     doctor = commands.add_parser("doctor", help="check the proxy is up, the agents point at it "
                                  "and requests are flowing")
-    doctor.add_argument("--port", type=int, default=DEFAULT_PORT,
+    doctor.add_argument("--port", type=port, default=DEFAULT_PORT,
                         help=f"the port the proxy should be on (default {DEFAULT_PORT})")
     doctor.set_defaults(run=cmd_doctor)
 
@@ -62,7 +82,8 @@ def add_commands(commands: Any) -> None:
     install.set_defaults(run=cmd_install)
 
     uninstall = commands.add_parser("uninstall-proxy", help="take back what install-proxy "
-                                    "--write changed: each file's original, byte for byte")
+                                    "--write changed: each file's original, or only its keys "
+                                    "when the file changed since")
     uninstall_arguments(uninstall)
     uninstall.set_defaults(run=cmd_uninstall)
 
@@ -81,14 +102,32 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     from context_paging.index.proxied import ProxyLog
     from context_paging.server.histories import make_history
     from context_paging.server.proxy.app import Proxy, Upstreams
+    from context_paging.server.proxy.inband import InBand
+    from context_paging.server.proxy.view import View
 
     history = make_history(settings)
     history.context  # noqa: B018  # load the tokenizer now, not during the first request
     upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai,
                           getattr(args, "upstream_gemini", DEFAULT_GEMINI))
-    return Proxy(history.select_context, upstreams, ProxyLog(settings.home),
-                 idle=history.idle, paging=settings.get("paging", "enabled"),
-                 max_body=settings.get("paging", "max_request_bytes")), history
+    recovery = InBand(history, settings.home, settings.get("proxy", "recovery_tools"),
+                      settings.get("proxy", "recovery_rounds"))
+    app = Proxy(history.select_context, upstreams, ProxyLog(settings.home),
+                idle=history.idle, paging=settings.get("paging", "enabled"),
+                max_body=settings.get("paging", "max_request_bytes"),
+                recovery=recovery)
+    # The live view reads the ledger with a History of its own, as another process would.
+    app.view = View(settings.home, lambda: make_history(settings))
+    return app, history
+
+
+def view_url(home: Path, host: str, port: int) -> str:
+    """The live view's whole URL, its token included (docs/live-view.md)."""
+    from context_paging.index.proxied import view_token
+    from context_paging.server.endpoints import VIEW_PREFIX
+
+    shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
+    return f"http://{shown}:{port}{VIEW_PREFIX}?token={view_token(home)}"
 
 
 class _Quiet(logging.Filter):
@@ -160,14 +199,35 @@ def cmd_proxy(args: argparse.Namespace, settings: Settings) -> int:
     open_for_requests(sock)  # only now: until here a connection is refused, not left waiting
     print(f"context-paging proxy on http://{args.host}:{args.port} → Anthropic "
           f"{args.upstream_anthropic}, OpenAI {args.upstream_openai}, Gemini "
-          f"{args.upstream_gemini} (Ctrl-C stops)",
+          f"{args.upstream_gemini} (Ctrl-C stops)\n"
+          f"context-paging: live view at {view_url(settings.home, args.host, args.port)}",
           file=sys.stderr)
     try:
         server.run(sockets=[sock])
     finally:
+        app.view.close()
         history.close()
         sock.close()
     return 0
+
+
+def cmd_view(args: argparse.Namespace, settings: Settings) -> int:
+    """Open the live view in the browser; print its URL where there is none."""
+    url = view_url(settings.home, args.host, args.port)
+    print(url)
+    if not args.no_browser and _has_display():
+        import webbrowser
+
+        try:
+            webbrowser.open(url)
+        except Exception as exc:  # noqa: BLE001  # no browser: the printed URL is the answer
+            print(f"context-paging: could not open a browser ({exc})", file=sys.stderr)
+    return 0
+
+
+def _has_display() -> bool:
+    return sys.platform in ("darwin", "win32") or bool(
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def child_environment(program: str, url: str, environ: dict[str, str],
@@ -215,7 +275,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     scratch = tempfile.TemporaryDirectory(prefix="context-paging-run-")
     try:
         env, extra = child_environment(child[0], url, dict(os.environ), Path(scratch.name))
-        print(f"context-paging: {child[0]} through the proxy at {url}", file=sys.stderr)
+        print(f"context-paging: {child[0]} through the proxy at {url}; live view at "
+              f"{view_url(settings.home, '127.0.0.1', sock.getsockname()[1])}",
+              file=sys.stderr)
         return subprocess.call([child[0], *extra, *child[1:]], env=env,
                                umask=-1 if private.user_umask is None else private.user_umask)
     except FileNotFoundError:
@@ -227,6 +289,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        app.view.close()
         history.close()
         sock.close()
         scratch.cleanup()
@@ -238,13 +301,16 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 def install_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client", choices=CLIENTS,
                         help="the agent to point at the proxy (needed unless --service alone)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=port, default=DEFAULT_PORT,
                         help=f"the proxy's port (default {DEFAULT_PORT})")
     parser.add_argument("--service", action="store_true",
                         help="also a user service that starts the proxy at log-in (a systemd "
                         "user unit on Linux, a launchd agent on macOS)")
+    parser.add_argument("--statusline", action="store_true",
+                        help="with --client claude-code: also Claude Code's status line "
+                        "(context-paging statusline: the window, savings, cache reads)")
     parser.add_argument("--write", action="store_true",
-                        help="apply the changes (the original of each file is kept once, for "
+                        help="apply the changes (the original of each file is kept, for "
                         "uninstall-proxy)")
 
 
@@ -257,13 +323,16 @@ def uninstall_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _changes(args: argparse.Namespace, home: Path) -> list[agents.Change]:
     server_home = getattr(args, "home", None)
-    changes = agents.planned_changes(args.client, args.port, home, server_home) \
+    statusline = getattr(args, "statusline", False)
+    if statusline and args.client != "claude-code":
+        raise ValueError("--statusline is for --client claude-code (Claude Code's status bar)")
+    changes = agents.planned_changes(args.client, args.port, home, server_home, statusline) \
         if args.client else []
     if args.service:
         path = service.service_file(home)
         words = service.proxy_command(args.port, server_home, dict(os.environ))
         changes.append(agents.Change(path, service.service_text(words, home),
-                                     "starts the proxy at log-in", lambda now, before: None))
+                                     "starts the proxy at log-in", []))  # the file is ours
     return changes
 
 
@@ -282,15 +351,14 @@ def cmd_install(args: argparse.Namespace, settings: Settings) -> int:
             print(f"context-paging: warning: {change.warning}", file=sys.stderr)
         if not args.write:
             print(f"# {change.path}: {change.what}\n{change.text}")
-        elif change.path.exists() and change.path.read_text(encoding="utf-8") == change.text:
-            print(f"{change.path}: already set up; nothing changed.")
-        else:
-            try:
-                undo.write(change.path, change.text)
-            except (clients.InstallError, OSError) as exc:
-                print(f"context-paging: {exc}", file=sys.stderr)
-                return 2
-            print(f"{change.path}: {change.what}")
+            continue
+        try:
+            written = undo.write(change.path, change.text, OWNER, change.keys)
+        except (OSError, ValueError) as exc:  # ValueError: a damaged undo record
+            print(f"context-paging: {change.path}: {exc}", file=sys.stderr)
+            return 2
+        print(f"{change.path}: {change.what}" if written else
+              f"{change.path}: already set up; nothing changed.")
     if not args.write:
         print("# Rerun with --write to apply; uninstall-proxy takes it back.", file=sys.stderr)
     elif args.client:
@@ -311,21 +379,17 @@ def cmd_uninstall(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
         return 2
     home = agents.user_home()
-    args.port = DEFAULT_PORT  # the paths do not depend on it
-    try:
-        changes = _changes(args, home)
-    except (clients.InstallError, ValueError) as exc:
-        print(f"context-paging: {exc}", file=sys.stderr)
-        return 2
+    files = agents.agent_files(args.client, home) if args.client else []
     if args.service:
+        files.append((service.service_file(home), []))  # the file is ours
         print(f"# First stop the service: {service.disable_hint(service.service_file(home))}",
               file=sys.stderr)
     status = 0
-    for change in changes:
+    for path, keys in files:
         try:
-            print(undo.undo(change.path, change.reverse))
-        except (clients.InstallError, OSError, ValueError) as exc:
-            print(f"context-paging: {change.path}: {exc}; left as it is", file=sys.stderr)
+            print(undo.undo(path, OWNER, keys))
+        except (OSError, ValueError) as exc:
+            print(f"context-paging: {path}: {exc}; left as it is", file=sys.stderr)
             status = 2
     return status
 

@@ -13,6 +13,11 @@ wrapper refuses, with 403 and one log line, before the body is read or anything 
 - ``Sec-Fetch-Site`` (only browsers send it), or ``Sec-Fetch-Mode`` other than ``cors`` (Node's
   and Bun's ``fetch`` send ``Sec-Fetch-Mode: cors`` on every request, browsers a mode of their
   own with ``Sec-Fetch-Site`` beside it).
+
+One exception, the live view (server/proxy/view.py): a GET or HEAD under ``/context-paging/``
+from a browser passes when it is a person's own navigation (``Sec-Fetch-Site: none``) or the
+page's own request (``same-origin``, with no ``Origin`` or the proxy's own); ``same-site`` (another
+port of this machine) and ``cross-site`` are refused there too, and the view asks for its token.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 
+from context_paging.server.endpoints import VIEW_PREFIX
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("context_paging")
@@ -56,16 +62,34 @@ def _address(name: str) -> bool:
     return True
 
 
+_OWN_PAGE = frozenset({"none", "same-origin"})
+
+
+def _viewed(seen: dict[bytes, str], method: str, path: str) -> bool:
+    """A browser's GET of the live view from the page itself or a person's navigation."""
+    if method not in ("GET", "HEAD") or not (path.startswith(VIEW_PREFIX)
+                                             or path == VIEW_PREFIX.rstrip("/")):
+        return False
+    site = seen.get(b"sec-fetch-site", "").strip().lower()
+    if site not in _OWN_PAGE:
+        return False
+    origin = seen.get(b"origin")
+    return origin is None or origin.strip().lower() == f"http://{seen.get(b'host', '')}".lower()
+
+
 def refusal(headers: Sequence[tuple[bytes, bytes]], hosts: frozenset[str],
-            any_address: bool = False) -> str | None:
+            any_address: bool = False, method: str = "", path: str = "") -> str | None:
     """Why a request with these headers must be refused, or None when it may pass.
     ``any_address``: the proxy listens on every interface, so a ``Host`` that is an IP address
-    passes too (DNS rebinding needs a name)."""
+    passes too (DNS rebinding needs a name). ``method`` and ``path``: the live view's GETs
+    from its own page pass the browser rules (never the ``Host`` rule)."""
     seen: dict[bytes, str] = {}
     for key, value in headers:
         key = key.lower()
         if key in _LOOKED_AT and key not in seen:
             seen[key] = value.decode("latin-1")
+    if path and _viewed(seen, method, path):
+        seen = {b"host": seen[b"host"]} if b"host" in seen else {}
     if b"origin" in seen:
         return f"it comes from a web page (Origin {seen[b'origin'][:100]!r})"
     if b"sec-fetch-site" in seen:
@@ -92,7 +116,8 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
-            reason = refusal(scope.get("headers") or (), self.hosts, self.any_address)
+            reason = refusal(scope.get("headers") or (), self.hosts, self.any_address,
+                             scope.get("method", ""), scope.get("path", ""))
             if reason is not None:
                 log.warning("proxy: refused %s %s: %s", scope.get("method", "WEBSOCKET"),
                             scope.get("path", "")[:100], reason)

@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from context_paging.paging.resident import is_agent_context
+from context_paging.server.endpoints import safe_name
 
 _DECODER = json.JSONDecoder()
 _string = json.encoder.encode_basestring  # type: ignore[attr-defined]
@@ -260,15 +261,47 @@ def strict(value: Any, numbers: Mapping[str, str] = _NO_NUMBERS) -> str:
 def splice(body: Body, field: str, window: Sequence[dict[str, Any]]) -> bytes:
     """The body with ``field`` replaced by ``window``: every other byte as received, and every
     message the window kept unchanged (the same object) as its original bytes."""
-    original = body.value[field]
-    where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+    return splice_at(body, field, window)[0]
+
+
+def splice_at(body: Body, field: str, window: Sequence[dict[str, Any]] | None,
+              tools: bytes = b"") -> tuple[bytes, int]:
+    """:func:`splice` (``window`` None: the array as received), with ``tools`` (compact JSON
+    objects, comma-separated) appended to the body's ``tools`` array, or as a ``tools`` member
+    at the object's end when it has none; and where the conversation array's ``]`` is in the
+    bytes returned (a follow-up request appends messages there)."""
     raw = body.raw
-    parts = []
-    for message in window:
-        span = where.get(id(message))
-        parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
     start, end = body.spans[field]
-    return b"".join((raw[:start], b"[", b",".join(parts), b"]", raw[end:]))
+    if window is None:
+        array = raw[start:end]
+    else:
+        original = body.value[field]
+        where = {id(message): span for message, span in zip(original, body.items, strict=True)}
+        parts = []
+        for message in window:
+            span = where.get(id(message))
+            parts.append(raw[span[0]:span[1]] if span else strict(message, body.numbers).encode())
+        array = b"".join((b"[", b",".join(parts), b"]"))
+    edits = [(start, end, array)]
+    if tools:
+        listed = body.spans.get("tools") if isinstance(body.value.get("tools"), list) else None
+        if listed is not None:
+            close = raw.rindex(b"]", listed[0], listed[1])
+            empty = not body.value["tools"]
+            edits.append((close, close, tools if empty else b"," + tools))
+        elif "tools" not in body.value:
+            close = raw.rindex(b"}")
+            edits.append((close, close, b',"tools":[' + tools + b"]"))
+    edits.sort()
+    out, at, bracket = [], 0, 0
+    for begin, stop, text in edits:
+        out.append(raw[at:begin])
+        if begin == start:
+            bracket = sum(len(p) for p in out) + len(text) - 1
+        out.append(text)
+        at = stop
+    out.append(raw[at:])
+    return b"".join(out), bracket
 
 
 # --- conversation keys --------------------------------------------------------------------------
@@ -306,6 +339,21 @@ def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]
     return None
 
 
+def agent_name(api: Api, headers: Mapping[str, str]) -> str:
+    """Which agent sent the request, as the live view names it, from the headers each one
+    sends: Claude Code its session header (and a ``claude-cli`` user agent), Codex its
+    ``originator``, Pi the ``Sec-Fetch-Mode: cors`` of Node's ``fetch`` (server/proxy/guard.py);
+    else the API's name."""
+    agent = headers.get("user-agent", "").lower()
+    if "x-claude-code-session-id" in headers or "claude-cli" in agent:
+        return "claude-code"
+    if "codex" in headers.get("originator", "").lower() or "codex" in agent:
+        return "codex"
+    if headers.get("sec-fetch-mode", "").lower() == "cors" or "pi-coding-agent" in agent:
+        return "pi"
+    return api.name
+
+
 def opening(api: Api, value: Mapping[str, Any]) -> str:
     """A short digest of how the conversation opens: its first message (for OpenAI, the first
     user message that is not set-up) without cache markers, and whether tools are sent."""
@@ -330,19 +378,6 @@ def without_markers(value: Any) -> Any:
     return value
 
 
-def safe_name(session: str) -> str:
-    """The agent's id as a file-safe name, one to one: letters, digits, ``.`` and ``-`` stay,
-    every other byte (``_`` included) becomes ``_`` and two hex digits, so ``team/a`` and
-    ``team-a`` stay apart. A name longer than 80 keeps 60 characters, then ``__`` (which no
-    escape makes) and a digest of the whole."""
-    name = "".join(c if _SAFE.fullmatch(c) else "".join(f"_{b:02x}" for b in c.encode())
-                   for c in session)
-    if len(name) > 80:
-        name = name[:60] + "__" + hashlib.blake2b(session.encode(), digest_size=8).hexdigest()
-    return name
-
-
-_SAFE = re.compile(r"[A-Za-z0-9.-]")
 
 
 def conversation_key(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str:

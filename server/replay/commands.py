@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from context_paging.server.bounds import fraction, nonnegative_float, number, positive_float, text
 from context_paging.server.progress import add_quiet
 
 if TYPE_CHECKING:  # the replay (and the whole window) loads only when the command runs
@@ -21,17 +22,16 @@ def _pct(share: float | None) -> str:
     return "—" if share is None else f"{100 * share:.1f}%"
 
 
-def _table(rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [c.rjust(w) if r else c.ljust(w)
-                 for c, w, r in zip(row, widths, right, strict=False)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+def _table(rows: Sequence[Sequence[str]], right: Sequence[bool],
+           width: int | None = None) -> str:
+    """Columns fitted to ``width`` (server/table.py); the first (the request, the strategy)
+    is never cut."""
+    from context_paging.server.table import fit
+
+    return fit(rows, width, keep=(0,), right=right)
 
 
-def request_table(replay: Replay) -> str:
+def request_table(replay: Replay, width: int | None = None) -> str:
     rows = [("REQ", "MSGS", "FULL", "COMPACTION", "WINDOW", "PREFIX", "DISTILLED", "MODE",
              "EVENT")]
     for r in replay.rows:
@@ -48,10 +48,10 @@ def request_table(replay: Replay) -> str:
         rows.append((str(r.index + 1), str(r.messages), _k(r.full.tokens),
                      _k(r.compaction.tokens), _k(r.window.tokens), _pct(share), str(r.distilled),
                      r.mode, ", ".join(events)))
-    return _table(rows, (True, True, True, True, True, True, True, False, False))
+    return _table(rows, (True, True, True, True, True, True, True, False, False), width)
 
 
-def totals_table(replay: Replay) -> str:
+def totals_table(replay: Replay, width: int | None = None) -> str:
     from context_paging.server.replay.run import STRATEGIES
 
     t = replay.totals()
@@ -64,7 +64,7 @@ def totals_table(replay: Replay) -> str:
                            for c in causes if c in v.breaks) or "none"
         rows.append((name, str(v.requests), _k(v.peak), _k(v.cumulative), _pct(v.prefix_share),
                      f"{v.cost / 1000:,.1f}k", f"{v.uncached_cost / 1000:,.1f}k", breaks))
-    return _table(rows, (False, True, True, True, True, True, True, False))
+    return _table(rows, (False, True, True, True, True, True, True, False), width)
 
 
 def chart(replay: Replay, width: int = 64, height: int = 12) -> str:
@@ -98,7 +98,8 @@ def chart(replay: Replay, width: int = 64, height: int = 12) -> str:
     return "\n".join(lines)
 
 
-def render(replay: Replay, requests: bool = True) -> str:
+def render(replay: Replay, requests: bool = True, width: int | None = None) -> str:
+    """The report as text; its tables fit ``width`` (the terminal's; None: full width)."""
     d = replay.as_dict()
     o = replay.options
     ratios = d["ratios"]
@@ -113,9 +114,12 @@ def render(replay: Replay, requests: bool = True) -> str:
             f"uncached {o.prices.uncached}, cache write {o.prices.cache_write}, cache read "
             f"{o.prices.cache_read}")
     parts = [head]
+    note = replay.budget_note()
+    if note:
+        parts.append(note)
     if requests:
-        parts.append(request_table(replay))
-    parts.append(totals_table(replay))
+        parts.append(request_table(replay, width))
+    parts.append(totals_table(replay, width))
 
     def ratio(x: float | None) -> str:
         return "—" if x is None else f"{x:.2f}x"
@@ -159,40 +163,50 @@ def _distillation_breaks(breaks: list[dict]) -> str:
 def add_arguments(parser) -> None:
     where = ("a session reference (pi:<id>, claude:<id>, codex:<id>) or the path of a Pi, "
              "Claude Code or Codex session file")
-    parser.add_argument("--session", dest="session_flag", metavar="SESSION", help=where)
-    parser.add_argument("session", nargs="?", metavar="SESSION",
+    parser.add_argument("--session", dest="session_flag", metavar="SESSION", type=text("id"),
+                        help=where)
+    parser.add_argument("session", nargs="?", metavar="SESSION", type=text("id"),
                         help="the same as --session (kept so older scripts keep working)")
-    parser.add_argument("--budget", type=int, default=128_000,
-                        help="select_context's token budget (default 128000)")
-    parser.add_argument("--trim-to", type=int, default=None,
-                        help="where a cut lands (default 5/8 of the budget)")
-    parser.add_argument("--first-cut", type=float, default=None,
-                        help="where a cut with no remembered frontier lands, as a fraction of "
-                        "the budget (default 1.0: the target, upstream's rule; 0.375 cuts deeper)")
+    parser.add_argument("--budget", type=number("token_budget"), default=128_000,
+                        help="the window's budget in tokens (default 128000)")
+    parser.add_argument("--trim-to", type=number("trim_to_tokens"), default=None,
+                        help="how many tokens the window is cut down to once it passes the budget "
+                        "(default 5/8 of the budget)")
+    parser.add_argument("--first-cut", type=fraction, default=None,
+                        help="where a conversation's first cut lands, as a share of the budget "
+                        "(default 1.0: where every later cut lands too; 0.375 cuts deeper, "
+                        "leaving more room before the next cut)")
     parser.add_argument("--estimator", choices=("tiktoken", "chars4"), default="tiktoken",
-                        help="token estimator for every strategy (chars4 is about twice as fast)")
-    parser.add_argument("--no-distill", action="store_true", help="turn distillation off")
-    parser.add_argument("--model-window", type=int, default=200_000,
-                        help="the model's context window passed to select_context; the "
-                        "compaction baseline's threshold follows from it (default 200000)")
-    parser.add_argument("--compact-at", type=float, default=None,
-                        help="compaction baseline threshold (default: model window - 33000, "
-                        "Claude Code's auto-compact buffer: 167000 of 200000)")
-    parser.add_argument("--summary-tokens", type=float, default=3_500,
-                        help="size of the baseline's summary (default 3500)")
-    parser.add_argument("--keep-tokens", type=float, default=0,
-                        help="newest messages the baseline keeps verbatim besides the current "
-                        "exchange (default 0, as Claude Code)")
-    parser.add_argument("--price-uncached", type=float, default=1.0,
+                        help="how tokens are counted: tiktoken (the default) or chars4, characters "
+                        "divided by 4 (about twice as fast)")
+    parser.add_argument("--no-distill", action="store_true",
+                        help="do not shorten old tool outputs (distillation)")
+    parser.add_argument("--model-window", type=number("model_window"), default=200_000,
+                        help="the model's context window in tokens (default 200000); the "
+                        "compaction it is compared with starts 33000 below it")
+    parser.add_argument("--compact-at", type=positive_float, default=None,
+                        help="the size at which the compared compaction summarizes the "
+                        "conversation (default: model window - 33000, as Claude Code's "
+                        "auto-compact: 167000 of 200000)")
+    parser.add_argument("--summary-tokens", type=nonnegative_float, default=3_500,
+                        help="tokens of that compaction's summary (default 3500)")
+    parser.add_argument("--keep-tokens", type=nonnegative_float, default=0,
+                        help="tokens of newest messages that compaction keeps word for word "
+                        "besides the current exchange (default 0, as Claude Code)")
+    parser.add_argument("--price-uncached", type=nonnegative_float, default=1.0,
                         help="price of an uncached input token (default 1.0; the cache prices "
                         "are relative to it)")
-    parser.add_argument("--price-write", type=float, default=1.25, help="cache write per token")
-    parser.add_argument("--price-read", type=float, default=0.1, help="cache read per token")
-    parser.add_argument("--model", default=None,
-                        help="provider/id passed to select_context: its provider sets the cache "
-                        "prices distillation's edits are weighed with (default: Anthropic's)")
-    parser.add_argument("--recover-sample", type=int, default=100,
-                        help="identifiers looked up with search_history (default 100)")
+    parser.add_argument("--price-write", type=nonnegative_float, default=1.25,
+                        help="cache write per token")
+    parser.add_argument("--price-read", type=nonnegative_float, default=0.1,
+                        help="cache read per token")
+    parser.add_argument("--model", default=None, type=text("model"),
+                        help="the model as provider/id: its provider's cache prices decide "
+                        "when shortening an old output pays for itself (default: Anthropic's)")
+    parser.add_argument("--recover-sample", type=number("replay.recover_sample"), default=100,
+                        help="identifiers (paths, error codes) from outputs that left the "
+                        "window to look up with search, to count how many are found again "
+                        "(default 100)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-request rows")
     parser.add_argument("--json", action="store_true", help="the whole report as JSON")
     parser.add_argument("--html", metavar="FILE", default=None,
@@ -250,5 +264,7 @@ def run(args, settings) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=1))
     else:
-        print(render(result, requests=not args.summary))
+        from context_paging.server.table import terminal_width
+
+        print(render(result, requests=not args.summary, width=terminal_width()))
     return 0

@@ -1,7 +1,8 @@
 """``context-paging replay --html FILE``: the replay as one self-contained page (docs/replay.md).
 
-One HTML file with its style and two inline SVG charts (tokens sent per request, cumulative
-cost), the totals table and the recoverability figures: no script, no network, readable when
+One HTML file with its style and three inline SVG charts (the window per request, drawn as the
+live view draws it by server/chart.py; tokens sent per request; cumulative cost), the totals
+table and the recoverability figures: no script, no network, readable when
 printed. The figures are the ones ``--json`` prints, from the same :class:`Replay`.
 """
 
@@ -11,15 +12,17 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from context_paging.server.chart import request_chart
 from context_paging.server.replay.run import STRATEGIES, Replay
 from context_paging.server.replay.svg import COLOURS, LABELS, Mark, line_chart, short
 
-STYLE = """
+PAGE_CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #111827;
        max-width: 960px; margin: 2rem auto; padding: 0 1rem; }
 h1 { font-size: 1.6rem; margin: 0 0 .2rem; }
 h2 { font-size: 1.15rem; margin: 2rem 0 .5rem; }
 .sub { color: #4b5563; margin: 0 0 1.2rem; }
+.note { background: #fef3c7; border: 1px solid #f59e0b; border-radius: 6px; padding: .6rem .9rem; }
 .cards { display: flex; flex-wrap: wrap; gap: .6rem; margin: 1rem 0; }
 .card { border: 1px solid #e5e7eb; border-radius: 8px; padding: .6rem .9rem; min-width: 150px; }
 .card b { display: block; font-size: 1.35rem; }
@@ -62,6 +65,16 @@ def cost_series(replay: Replay) -> dict[str, list[float]]:
                 values.append(running)
         out[name] = values
     return out
+
+
+def window_points(replay: Replay) -> list[dict[str, Any]]:
+    """The window's requests as the live view's chart draws them (server/chart.py): the cache
+    read is the prefix shared with the previous request, the rest is written."""
+    budget = replay.options.budget
+    return [{"sent": r.window.tokens, "full": r.full.tokens, "budget": budget,
+             "advanced": r.cut_advanced, "cache_read_tokens": r.window.prefix,
+             "cache_write_tokens": max(0.0, r.window.tokens - r.window.prefix)}
+            for r in replay.rows]
 
 
 def marks(replay: Replay) -> list[Mark]:
@@ -149,6 +162,8 @@ def render_html(replay: Replay) -> str:
     o = replay.options
     p = o.prices
     budget = float(o.budget)
+    window = request_chart(window_points(replay), "The window per request")
+    note = replay.budget_note()
     tokens = line_chart(token_series(replay), "Tokens sent per request", "tokens sent",
                         budget=budget, marks=marks(replay))
     costs = line_chart(cost_series(replay), "Cumulative input cost", "cumulative cost")
@@ -163,12 +178,20 @@ def render_html(replay: Replay) -> str:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Replay of {escape(name)}</title>
-<style>{STYLE}</style>
+<style>{PAGE_CSS}</style>
 </head>
 <body>
 <h1>What the window sends: {escape(name)}</h1>
 <p class="sub">{escape(sub)}</p>
+{f'<p class="note">{escape(note)}</p>' if note else ""}
 {_cards(d)}
+<h2>The window per request</h2>
+<figure>
+{window}
+<figcaption>The same chart as the proxy's live view: what the window sent, the full history and
+the budget; ▼ the cut advances. Bars: of what the window sent, the part a prompt cache reads
+(the previous request's prefix) and the part it writes.</figcaption>
+</figure>
 <h2>Tokens sent per request</h2>
 <figure>
 {tokens}

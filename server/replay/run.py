@@ -107,6 +107,31 @@ class Replay:
     def cut_advances(self) -> int:
         return sum(r.cut_advanced for r in self.rows)
 
+    def never_paged(self) -> bool:
+        """No request passed the budget: the window sent every request whole."""
+        return bool(self.rows) and all(r.mode == "within_budget" for r in self.rows)
+
+    def suggested_budget(self) -> int | None:
+        """When the session never paged: a budget at which it would, about half its largest
+        request, rounded down to a thousand tokens (at least 1,000). None otherwise."""
+        if not self.never_paged():
+            return None
+        peak = max(r.full.tokens for r in self.rows)
+        return max(1_000, int(peak / 2 // 1_000 * 1_000)) if peak > 2_000 else None
+
+    def budget_note(self) -> str | None:
+        """What to say when the session never passed the budget (a flat line otherwise)."""
+        if not self.never_paged():
+            return None
+        peak = max(r.full.tokens for r in self.rows)
+        note = (f"This session never passed the {self.options.budget:,}-token budget (its "
+                f"largest request is {peak:,.0f} tokens), so the window sent every request "
+                "whole: nothing was paged, and the figures equal the full history's.")
+        budget = self.suggested_budget()
+        if budget is not None:
+            note += f" To see the window page it, replay it with --budget {budget}."
+        return note
+
     def distillation_breaks(self) -> list[dict[str, Any]]:
         """Every cache break caused by distillation alone, with its price and what it bought:
         the price is the re-written tokens at (cache write − cache read); the value is the
@@ -151,6 +176,7 @@ class Replay:
             } for r in self.rows],
             "totals": {name: value.as_dict() for name, value in t.items()},
             "cut_advances": self.cut_advances(),
+            "never_paged": self.never_paged(), "suggested_budget": self.suggested_budget(),
             "distillation_breaks": self.distillation_breaks(),
             "ratios": {
                 "cumulative_vs_full": _ratio(window.cumulative, t["full"].cumulative),

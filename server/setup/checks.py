@@ -1,5 +1,6 @@
 """``doctor``'s set-up checks: where each agent sends its model requests, whether the MCP server
-is registered with it, and whether the proxy answers. Each returns report lines; none changes
+is registered with it, whether each agent's file parses, and whether the proxy answers. Each
+returns report lines, a broken one marked with a leading ``✗`` (:data:`BROKEN`); none changes
 anything."""
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from urllib.parse import urlsplit
 from context_paging.server.endpoints import HEALTH_PATH
 from context_paging.server.setup import clients
 
+BROKEN = "✗"
+
+
+def broken(line: str) -> bool:
+    return line.lstrip().startswith(BROKEN)
+
 
 def proxy_health(port: int) -> tuple[bool, str]:
     """Whether our proxy answers its health path on ``port`` (the standard library's client:
@@ -27,13 +34,13 @@ def proxy_health(port: int) -> tuple[bool, str]:
         status = reply.status
         body = json.loads(reply.read()) if status == 200 else {}
     except (OSError, http.client.HTTPException, ValueError):
-        return False, (f"proxy on port {port}: not answering — start it with: "
+        return False, (f"{BROKEN} proxy on port {port}: not answering — start it with: "
                        f"context-paging proxy --port {port}")
     finally:
         connection.close()
     if isinstance(body, dict) and body.get("service") == "context-paging proxy":
         return True, f"proxy on port {port}: up"
-    return False, (f"proxy on port {port}: something else answers there (HTTP "
+    return False, (f"{BROKEN} proxy on port {port}: something else answers there (HTTP "
                    f"{status}); pick another --port")
 
 
@@ -50,6 +57,42 @@ def _toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def agent_files(home: Path, cwd: Path) -> list[tuple[str, Path]]:
+    """Every file doctor reads an agent's set-up from: (the agent, the file)."""
+    return [("Claude Code", home / ".claude" / "settings.json"),
+            ("Claude Code", home / ".claude.json"), ("Claude Code", cwd / ".mcp.json"),
+            ("Codex", home / ".codex" / "config.toml"),
+            ("Pi", home / ".pi" / "agent" / "models.json"),
+            ("Pi", home / ".pi" / "agent" / "settings.json"),
+            ("Gemini CLI", home / ".gemini" / "settings.json"),
+            ("OpenCode", home / ".config" / "opencode" / "opencode.json")]
+
+
+def unreadable(home: Path, cwd: Path) -> list[str]:
+    """A broken line per agent file that is there but does not parse (its checks read it as
+    empty, so without this line it would look merely unset)."""
+    lines = []
+    for agent, path in agent_files(home, cwd):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            lines.append(f"{BROKEN} {path}: cannot be read ({exc}); {agent} cannot either")
+            continue
+        try:
+            value = tomllib.loads(text) if path.suffix == ".toml" else (
+                json.loads(text) if text.strip() else {})
+        except ValueError as exc:
+            lines.append(f"{BROKEN} {path} does not parse ({exc}); {agent} cannot read it: "
+                         "fix it, then rerun install-proxy")
+            continue
+        if not isinstance(value, dict):
+            lines.append(f"{BROKEN} {path} does not parse as an object of settings; {agent} "
+                         "cannot read it: fix it, then rerun install-proxy")
+    return lines
 
 
 def _get(value: Any, *path: str) -> Any:
@@ -126,6 +169,9 @@ def base_url_lines(port: int, home: Path, environ: dict[str, str]) -> tuple[list
         if _local(url) and _port(url) == port:
             pointing.append(where)
             lines.append(f"  {where}: {url} — this proxy")
+        elif _local(url) and _port(url) is None:
+            lines.append(f"  {BROKEN} {where}: {url} — not a valid port; rerun install-proxy "
+                         f"--port {port}")
         elif _local(url):
             lines.append(f"  {where}: {url} — another port on this machine, not the proxy on "
                          f"{port} (rerun install-proxy with --port {_port(url)} or {port})")
@@ -167,7 +213,7 @@ def registrations(home: Path, cwd: Path) -> list[str]:
         tools = args[args.index("--tools") + 1] if "--tools" in args[:-1] else "all"
         missing = isinstance(command, str) and os.path.isabs(command) and not os.path.exists(
             command)
-        lines.append(f"  {where}: {tools} tools" + (f" — its command {command} is gone; rerun "
-                     "install-proxy" if missing else ""))
+        lines.append(f"  {BROKEN} {where}: {tools} tools — its command {command} is gone; "
+                     "rerun install-proxy" if missing else f"  {where}: {tools} tools")
     return lines or ["  none — run: context-paging install-proxy --client claude-code|codex|"
                      "gemini|opencode (Pi has no MCP client: its recovery commands are the CLI's)"]

@@ -1,9 +1,9 @@
-"""``context-paging install-config`` and ``context-paging config``: set-up, not serving.
+"""``context-paging install-config``, ``uninstall-config`` and ``config``: set-up, not serving.
 
 ``install-config`` prints (or, with ``--write``, merges) the stdio entry that starts this server
 in Claude Desktop, Claude Code, Cursor, VS Code or Gemini CLI. Hosts start servers with a
-minimal ``PATH`` (specs/mcp-sdk-v2.md A.2), so the entry names the console script by its absolute
-path. The shapes, as each client documents them:
+minimal ``PATH`` (docs/clients.md), so the entry names the console script by its absolute path.
+The shapes, as each client documents them:
 
 - Claude Desktop: ``claude_desktop_config.json`` → ``{"mcpServers": {name: {command, args}}}``,
   in ``~/Library/Application Support/Claude`` (macOS), ``%APPDATA%\\Claude`` (Windows) or
@@ -19,7 +19,9 @@ path. The shapes, as each client documents them:
 
 ``--write`` never loses what the file already holds: other servers and other keys stay, a file
 that is not a JSON object (or whose servers key is not an object) is refused untouched, the new
-file replaces the old one atomically, and the old one is kept as ``<file>.bak``.
+file replaces the old one atomically, and the same entry is not written twice. The original is
+kept with the keys set (server/setup/undo.py), so ``uninstall-config --write`` takes back only
+that entry and keeps whatever else changed in the file since.
 
 ``render_config`` is the text of ``context-paging config``: every resolved setting and the source
 it came from (flag, environment, config.toml, default), so "why is my budget 6000?" has an answer.
@@ -33,16 +35,17 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from context_paging.server.config import ENV_HOME, SCHEMA, Settings
+from context_paging.server.setup import undo
 
 DEFAULT_NAME = "context-paging"
 SCRIPT = "context-paging"
+OWNER = "install-config"  # whose keys, in the undo record
 
 
 @dataclass(frozen=True)
@@ -191,8 +194,13 @@ def merge_into(path: Path, key: str, name: str, entry: dict[str, Any]) -> bool:
     if servers.get(name) == entry:
         return False
     existing[key] = {**servers, name: entry}
-    _replace(path, json.dumps(existing, indent=2, ensure_ascii=False) + "\n")
-    return True
+    text = json.dumps(existing, indent=2, ensure_ascii=False) + "\n"
+    return undo.write(path, text, OWNER, [(key, name)])
+
+
+def codex_mcp_keys() -> list[undo.Key]:
+    """The lines :func:`codex_mcp` sets, as undo keys."""
+    return [("mcp_servers", DEFAULT_NAME, key) for key in ("command", "args", "env")]
 
 
 def codex_mcp(text: str, entry: dict[str, Any]) -> str:
@@ -225,31 +233,7 @@ def _merge_codex(path: Path, name: str, entry: dict[str, Any]) -> bool:
         raise InstallError(f"{path} is not valid TOML ({exc}); nothing was written") from None
     if new == text:
         return False
-    _replace(path, new)
-    return True
-
-
-def _replace(path: Path, text: str, backup: bool = True) -> None:
-    """Write ``text`` to ``path`` atomically, keeping the previous file as ``<path>.bak``
-    (``backup=False``: install-proxy keeps the original once instead, server/setup/undo.py)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
-        delete=False,
-    )
-    try:
-        with handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if path.exists():
-            shutil.copymode(path, handle.name)
-            if backup:
-                shutil.copy2(path, path.with_name(path.name + ".bak"))
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    return undo.write(path, new, OWNER, codex_mcp_keys())
 
 
 # --- the install-config command -----------------------------------------------------------------
@@ -259,8 +243,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client", required=True, choices=tuple(CLIENTS),
                         help="the MCP host to configure")
     parser.add_argument("--write", action="store_true",
-                        help="merge the entry into the client's config file (a .bak keeps the "
-                        "previous file) instead of printing it")
+                        help="merge the entry into the client's config file (its original is "
+                        "kept for uninstall-config) instead of printing it")
     parser.add_argument("--config", metavar="PATH", type=Path,
                         help="the config file to write (default: the client's usual location)")
     parser.add_argument("--name", default=DEFAULT_NAME,
@@ -302,7 +286,7 @@ def run(
             changed = _merge_codex(path, name, entry)
         else:
             changed = merge_into(path, client.key, name, entry)
-    except InstallError as exc:
+    except (InstallError, ValueError) as exc:  # ValueError: a damaged undo record
         print(f"context-paging: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -311,9 +295,44 @@ def run(
     if not changed:
         emit(f"{path} already has this {name!r} entry; nothing changed.")
         return 0
-    backup = path.with_name(path.name + ".bak")
-    kept = f" (the previous file is {backup})" if backup.exists() else ""
-    emit(f"Added {name!r} to {path}{kept}. Restart {client.title} to load it.")
+    emit(f"Added {name!r} to {path}. Restart {client.title} to load it.")
+    print(f"# To undo: context-paging uninstall-config --client {args.client}"
+          + (f" --config {path}" if args.config else "")
+          + (f" --name {name}" if name != DEFAULT_NAME else "") + " --write", file=sys.stderr)
+    return 0
+
+
+# --- the uninstall-config command ---------------------------------------------------------------
+
+
+def add_uninstall_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--client", required=True, choices=tuple(CLIENTS),
+                        help="the MCP host whose install-config entry to take back")
+    parser.add_argument("--write", action="store_true",
+                        help="take it back (without: say what would be done)")
+    parser.add_argument("--config", metavar="PATH", type=Path,
+                        help="the config file install-config wrote (default: the client's usual "
+                        "location)")
+    parser.add_argument("--name", default=DEFAULT_NAME,
+                        help=f"the server's name in the client (default: {DEFAULT_NAME})")
+
+
+def run_uninstall(args: argparse.Namespace, settings: Settings,
+                  emit: Callable[[str], object] = print) -> int:
+    """Take back install-config's entry: the file's original byte for byte when nothing else
+    changed it since, else only the entry (server/setup/undo.py)."""
+    name = args.name.strip()
+    if not name or (args.client == "codex" and name != DEFAULT_NAME):
+        print(f"context-paging: --name must be a server's name ({DEFAULT_NAME!r} for Codex)",
+              file=sys.stderr)
+        return 2
+    keys = codex_mcp_keys() if args.client == "codex" else [(CLIENTS[args.client].key, name)]
+    path = args.config or default_path(args.client)
+    try:
+        emit(undo.undo(path, OWNER, keys, apply=args.write))
+    except (OSError, ValueError) as exc:
+        print(f"context-paging: {path}: {exc}; left as it is", file=sys.stderr)
+        return 2
     return 0
 
 

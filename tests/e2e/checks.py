@@ -246,3 +246,34 @@ def completed(exchanges: list[Exchange]) -> bool:
 
 def sent_bytes(exchanges: list[Exchange]) -> int:
     return sum(len(e.request.body) for e in exchanges)
+
+
+def session_files(home: Any) -> list[Any]:
+    """The agent's own session files under its HOME (Claude Code, Codex, Pi)."""
+    folders = (home / ".claude" / "projects", home / ".codex" / "sessions",
+               home / ".pi" / "agent" / "sessions")
+    return [p for folder in folders if folder.is_dir() for p in folder.rglob("*.jsonl")]
+
+
+def inband_problems(exchanges: list[Exchange], marker: str) -> list[str]:
+    """What is wrong with the recovery the proxy answered in band: the model's call (answered
+    ``recover``) must be followed by the proxy's follow-up, whose conversation ends with the
+    call and its result holding ``marker``, and the next task request must carry that exchange
+    in place."""
+    called = [i for i, e in enumerate(exchanges) if e.answer == "recover"]
+    if len(called) != 1:
+        return [f"the scripted model called the offered search_history {len(called)} times, "
+                "not once"]
+    at = called[0]
+    if at + 2 >= len(exchanges):
+        return ["no follow-up and next request after the recovery call"]
+    follow, after = exchanges[at + 1], exchanges[at + 2]
+    hidden = conversation(follow)[-2:]
+    problems = []
+    if len(hidden) < 2 or marker not in hidden[1] or "search_history" not in hidden[0]:
+        problems.append(f"request {follow.number} is not the proxy's follow-up with the marker "
+                        "in the tool result")
+    mine = conversation(after)
+    if not any(mine[i:i + 2] == hidden for i in range(len(mine) - 1)):
+        problems.append(f"request {after.number} does not carry the hidden exchange in place")
+    return problems

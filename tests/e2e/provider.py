@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from context_paging.paging.notice import HEADER
+
 from tests.e2e import task, validate
 from tests.fake_provider import (
     Recorded,
@@ -70,6 +72,9 @@ class ScriptedProvider:
 
     exchanges: list[Exchange] = field(default_factory=list)
     bypassed: int = 0  # requests that reached a second fake instead of the proxy
+    # The model pages back once it sees the notice: it calls the recovery tool the request
+    # offers (the proxy's own ``search_history``) for an evicted marker, once in the run.
+    recover: bool = False
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -110,9 +115,13 @@ class ScriptedProvider:
         if problems:
             self._record(number, request, api, problems, "invalid", body, in_task, done)
             return _refusal(api, list(problems))
-        reply, answer = (_task_reply(api, body, done, number, request.path) if in_task
-                         else (_text(api, body, _side_text(body), number, request.path),
-                               "text"))
+        if (in_task and self.recover and _wants_recovery(api, body, request.body)
+                and not any(e.answer == "recover" for e in self.exchanges)):
+            reply, answer = _recovery_call(api, body, number), "recover"
+        else:
+            reply, answer = (_task_reply(api, body, done, number, request.path) if in_task
+                             else (_text(api, body, _side_text(body), number, request.path),
+                                   "text"))
         self._record(number, request, api, (), answer, body, in_task, done)
         return reply
 
@@ -128,6 +137,41 @@ class ScriptedProvider:
 
     def invalid(self) -> list[Exchange]:
         return [e for e in self.exchanges if e.problems]
+
+
+RECOVERY_TOOL = "search_history"
+NOTICE_BYTES = json.dumps(HEADER)[1:-1].encode()
+
+
+def _wants_recovery(api: str, body: dict[str, Any], raw: bytes) -> bool:
+    """The request carries the notice and offers ``search_history``, and the model has not
+    called it yet in this conversation."""
+    if api == "gemini" or (NOTICE_BYTES not in raw and HEADER.encode() not in raw):
+        return False  # the proxy answers recovery calls in band for the other APIs only
+    if api == "anthropic":
+        names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
+        called = any(isinstance(b, dict) and b.get("type") == "tool_use"
+                     and b.get("name") == RECOVERY_TOOL
+                     for m in body.get("messages") or ()
+                     for b in (m.get("content") if isinstance(m.get("content"), list) else ()))
+    else:
+        names = validate.tool_names(body)
+        called = any(isinstance(i, dict) and i.get("type") == "function_call"
+                     and i.get("name") == RECOVERY_TOOL for i in body.get("input") or ())
+    return RECOVERY_TOOL in names and not called
+
+
+def _recovery_call(api: str, body: dict[str, Any], number: int) -> Reply:
+    query = task.evicted_markers(1)[0]
+    if api == "anthropic":
+        return _anthropic(body, [
+            {"type": "text", "text": "Step 1 left my window; looking it up."},
+            {"type": "tool_use", "id": f"toolu_rec{number:04d}", "name": RECOVERY_TOOL,
+             "input": {"query": query}}], "tool_use", number)
+    item = {"type": "function_call", "id": f"fc_rec{number:04d}",
+            "call_id": f"call_rec{number:04d}", "name": RECOVERY_TOOL,
+            "arguments": json.dumps({"query": query}), "status": "completed"}
+    return _responses(body, [item], number)
 
 
 def _wants_json(body: dict[str, Any]) -> bool:

@@ -76,7 +76,63 @@ def judge_proxied(run: runs.Run, direct: runs.Run) -> Outcome:
                                 f"conversations ({names}), not 1")
     if outcome.paged:
         outcome.found = _search(run, outcome)
+    if len(ledgers) == 1:
+        outcome.problems += view_problems(run, outcome, f"ledger:{ledgers[0].stem}")
     return outcome
+
+
+def judge_inband(run: runs.Run) -> Outcome:
+    """A run without the MCP server whose scripted model called the proxy's offered
+    ``search_history``: the task completes, the proxy answered the call itself (the follow-up
+    carries the evicted marker in the tool result, the next request carries the hidden exchange
+    in place), the agent never saw the call, no request was invalid, and every cache break is a
+    cut advance."""
+    exchanges = run.provider.task_exchanges()
+    outcome = _common(run, exchanges)
+    breaks = checks.cache_breaks(exchanges)
+    outcome.cuts = sum(1 for b in breaks if b.cut_advance)
+    outcome.problems += [f"request {b.number}: a cache break that is not a cut advance: "
+                         f"{b.detail}" for b in breaks if not b.cut_advance]
+    outcome.problems += checks.inband_problems(exchanges, task.evicted_markers(1)[0])
+    seen = [str(p) for p in checks.session_files(run.home)
+            if b'"search_history"' in p.read_bytes()]
+    if seen or "search_history" in run.stdout:
+        outcome.problems.append("the agent saw the proxy's recovery call: "
+                                + (", ".join(seen) or "in its output"))
+    return outcome
+
+
+def view_problems(run: runs.Run, outcome: Outcome, ref: str) -> list[str]:
+    """The live view's row for the agent's conversation (over HTTP from the running proxy on
+    the install route, from the home's files on the run route) agrees with ``stats --json``
+    and with what reached the provider; Claude Code's status line shows the same cuts."""
+    from context_paging.server.proxy.view import conversations
+
+    rows = run.view if run.route == "install" else conversations(run.data)
+    row = next((r for r in rows or () if r["session"] == ref), None)
+    if row is None:
+        return [f"the live view does not list {ref} ({len(rows or ())} conversations)"]
+    stats = runs.stats_json(run, ref)
+    proxy = stats.get("proxy") or {}
+    problems = []
+    for key, theirs in (("requests", "requests"), ("cut_advances", "cut_advances"),
+                        ("tokens_sent", "sent_tokens"), ("tokens_full", "full_tokens")):
+        if row[key] != proxy.get(theirs):
+            problems.append(f"live view {key} {row[key]} != stats --json {proxy.get(theirs)}")
+    if row["requests"] < outcome.requests:  # every task request went through this one
+        problems.append(f"live view: {row['requests']} requests, the provider saw "
+                        f"{outcome.requests} of the task")
+    if bool(row["paged"]) != bool(outcome.paged) or bool(row["cut_advances"]) != bool(
+            outcome.cuts):
+        problems.append(f"live view: {row['paged']} paged and {row['cut_advances']} cut "
+                        f"advances; the provider saw {outcome.paged} paged and {outcome.cuts}")
+    if run.agent.name == "claude":
+        line = runs.statusline(run)
+        cuts = row["cut_advances"]
+        if not (line.startswith("paging: window ")
+                and line.endswith(f"{cuts} cut{'' if cuts == 1 else 's'}")):
+            problems.append(f"Claude Code's status line: {line!r}")
+    return problems
 
 
 def _common(run: runs.Run, exchanges: list) -> Outcome:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import socket
 import subprocess
 import threading
@@ -38,6 +39,8 @@ class Run:
     home: Path
     data: Path
     work: Path
+    # the live view's conversations, read over HTTP from the running proxy (install route)
+    view: list[dict] | None = None
 
     @property
     def transcript(self) -> str:
@@ -56,9 +59,10 @@ def prepare(root: Path, agent: agents.Agent) -> tuple[Path, Path, Path]:
     return home, data, work
 
 
-def run_agent(agent: agents.Agent, route: str, root: Path) -> Run:
+def run_agent(agent: agents.Agent, route: str, root: Path, recover: bool = False) -> Run:
+    """``recover``: the scripted model calls the offered recovery tool once it is paged."""
     home, data, work = prepare(root, agent)
-    provider = ScriptedProvider()
+    provider = ScriptedProvider(recover=recover)
     env = agents.base_environment(home, data)
     with Served(provider) as fake:
         if route == "direct":
@@ -75,7 +79,10 @@ def run_agent(agent: agents.Agent, route: str, root: Path) -> Run:
             else:
                 done = _call(_through_run(agent, fake.url), env, work)
         else:
-            done = _through_install(agent, fake.url, env, home, work)
+            view: list[dict] = []
+            done = _through_install(agent, fake.url, env, home, work, view)
+            return Run(agent, route, provider, done.returncode, done.stdout, done.stderr,
+                       home, data, work, view)
     return Run(agent, route, provider, done.returncode, done.stdout, done.stderr,
                home, data, work)
 
@@ -113,7 +120,7 @@ INSTALL_CLIENT = {"claude": "claude-code", "codex": "codex", "pi": "pi", "gemini
 
 
 def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: Path,
-                     work: Path) -> subprocess.CompletedProcess:
+                     work: Path, view: list[dict]) -> subprocess.CompletedProcess:
     port = free_port()
     installed = subprocess.run([*CLI, "install-proxy", "--client", INSTALL_CLIENT[agent.name],
                                 "--port", str(port), "--write"], env=env, capture_output=True,
@@ -127,11 +134,13 @@ def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: P
     lines, pump = _lines(proxy)
     try:
         started = _wait_for(lines, "context-paging proxy on", START_TIMEOUT)
+        named = _wait_for(lines, "live view at", START_TIMEOUT) if started else None
         if started is None:
             proxy.kill()
             return subprocess.CompletedProcess([], -1, "", "the proxy did not start: "
                                                + "".join(_drain(lines)))
         done = _call(agent.argv(), env, work)
+        view += _view(named or "", port)
         return subprocess.CompletedProcess(done.args, done.returncode, done.stdout,
                                            done.stderr + "\n--- proxy stderr\n"
                                            + "".join(_drain(lines)))
@@ -144,6 +153,20 @@ def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: P
             proxy.wait(timeout=30)
         pump.join(timeout=30)  # the pipe ends with the process
         proxy.stderr.close()
+
+
+def _view(started: str, port: int) -> list[dict]:
+    """The live view's conversations, from the URL the proxy's start line names (its token
+    included), as the page reads them."""
+    import httpx2 as httpx
+
+    found = re.search(r"live view at (http://\S+)", started)
+    url = found.group(1) if found else ""
+    if not url.startswith(f"http://127.0.0.1:{port}/context-paging/?token="):
+        return []
+    api = url.replace("/context-paging/?", "/context-paging/api/conversations?")
+    reply = httpx.get(api, timeout=START_TIMEOUT, headers={"sec-fetch-site": "same-origin"})
+    return reply.json()["conversations"] if reply.status_code == 200 else []
 
 
 def _lines(process: subprocess.Popen) -> tuple[queue.Queue, threading.Thread]:
@@ -211,3 +234,26 @@ def environment_for(run: Run) -> dict[str, str]:
     return {**agents.base_environment(run.home, run.data), "PYTHONUNBUFFERED": "1",
             **({"VIRTUAL_ENV": os.environ["VIRTUAL_ENV"]} if "VIRTUAL_ENV" in os.environ
                else {})}
+
+
+def stats_json(run: Run, ref: str) -> dict:
+    """``context-paging stats --session REF --json`` over the run's data home."""
+    env = agents.base_environment(run.home, run.data)
+    done = subprocess.run([*CLI, "stats", "--session", ref, "--json"], env=env, cwd=run.work,
+                          capture_output=True, text=True, timeout=START_TIMEOUT)
+    return json.loads(done.stdout) if done.returncode == 0 else {}
+
+
+def statusline(run: Run) -> str:
+    """``context-paging statusline`` as Claude Code would run it for the run's session (its
+    id is the name of the session file Claude Code wrote)."""
+    found = sorted((run.home / ".claude" / "projects").glob("*/*.jsonl"),
+                   key=lambda p: p.stat().st_size)
+    if not found:
+        return "(no Claude Code session file)"
+    env = agents.base_environment(run.home, run.data)
+    stdin = json.dumps({"session_id": found[-1].stem, "transcript_path": str(found[-1]),
+                        "cwd": str(run.work), "model": {"id": "claude"}})
+    done = subprocess.run([*CLI, "statusline"], env=env, cwd=run.work, input=stdin,
+                          capture_output=True, text=True, timeout=START_TIMEOUT)
+    return done.stdout.strip()

@@ -426,3 +426,48 @@ def test_a_wrong_version_is_installed_at_its_exact_pin_and_checked_afterwards(tm
     assert install_agents.install(cache, str(npm)) == 1
     assert log.read_text().split() == ["install", "--prefix", str(cache), "--save-exact",
                                        "--no-audit", "--no-fund", "@openai/codex@0.171.0"]
+
+
+# --- recovery in band ---------------------------------------------------------------------------
+
+
+def test_once_paged_the_scripted_model_calls_the_offered_search_once_then_goes_on():
+    provider = ScriptedProvider(recover=True)
+    paged = [user(text(NOTICE), text(task.PROMPT)),
+             {"role": "assistant", "content": [call("t3")]}, user(result("t3", task.step_file(3)))]
+    body = messages_body(paged, tools=("Bash", "search_history"))
+    reply = json.loads(provider.answer(Recorded("POST", "/v1/messages", "", {},
+                                                json.dumps(body).encode())).body)
+    (search,) = [b for b in reply["content"] if b["type"] == "tool_use"]
+    assert search["name"] == "search_history"
+    assert search["input"] == {"query": task.evicted_markers(1)[0]}
+    # the proxy's follow-up, with the call and its result: the task goes on
+    follow = messages_body([*paged, {"role": "assistant", "content": reply["content"]},
+                            user(result(search["id"], "found it"))],
+                           tools=("Bash", "search_history"))
+    provider.answer(Recorded("POST", "/v1/messages", "", {}, json.dumps(follow).encode()))
+    assert [e.answer for e in provider.exchanges] == ["recover", "call"]
+    # without the offered tool, or without the notice, the model never calls it
+    plain = ScriptedProvider(recover=True)
+    for tools, messages in ((("Bash",), paged), (("Bash", "search_history"), TURNS)):
+        raw = json.dumps(messages_body(messages, tools)).encode()
+        plain.answer(Recorded("POST", "/v1/messages", "", {}, raw))
+    assert [e.answer for e in plain.exchanges] == ["call", "call"]
+
+
+def test_the_in_band_exchange_must_reach_the_follow_up_and_stay_in_place():
+    marker = task.evicted_markers(1)[0]
+    asked = [*TURNS, {"role": "assistant", "content": [
+        text("looking"), {**call("s1", "search_history"), "input": {"query": marker}}]},
+        user(result("s1", f"line 03: {marker}"))]
+    recover = exchange(1, TURNS)
+    recover = Exchange(1, recover.request, "anthropic", (), True, 2, "recover", recover.body)
+    good = [recover, exchange(2, asked),
+            exchange(3, [*asked, {"role": "assistant", "content": [call("t3")]},
+                         user(result("t3"))])]
+    assert checks.inband_problems(good, marker) == []
+    lost = [*good[:2], exchange(3, [*TURNS, {"role": "assistant", "content": [call("t3")]},
+                                    user(result("t3"))])]
+    assert checks.inband_problems(lost, marker) == [
+        "request 3 does not carry the hidden exchange in place"]
+    assert "not once" in checks.inband_problems(good[1:], marker)[0]

@@ -46,3 +46,17 @@ def test_each_agent_finishes_the_task_paged_through_the_proxy_losing_nothing(
     SUMMARY.append(outcome.line())
     if outcome.problems:
         pytest.fail(_failures(outcome, run), pytrace=False)
+
+
+# Pi has no MCP client; Claude Code and Codex run through ``context-paging run``, which
+# registers no MCP server: the proxy offers the recovery tools itself and answers them.
+WITHOUT_MCP = [a for a in AGENTS if a.model is None]
+
+
+@pytest.mark.parametrize("agent", WITHOUT_MCP, ids=[a.name for a in WITHOUT_MCP])
+def test_without_the_mcp_server_the_model_pages_back_in_band(agent, tmp_path):
+    run = runs.run_agent(agent, "run", tmp_path, recover=True)
+    outcome = report.judge_inband(run)
+    SUMMARY.append(outcome.line() + " (recovery in band)")
+    if outcome.problems:
+        pytest.fail(_failures(outcome, run), pytrace=False)
