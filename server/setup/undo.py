@@ -29,8 +29,8 @@ server/setup/toml_text.py) a path of one name is a line before the first table, 
 is the line ``last = …`` of the table ``[the.names.before]``; lines set-up did not write, comments
 and appended lines included, are kept. In a ``.env`` file (Gemini CLI's) a key of one name is the
 line ``NAME=value`` (``export NAME=value`` too): taking it back puts the original's line for that
-name in its place, or removes it; every other line stays. A file with no keys is set-up's own (the user service):
-taking it back gives the original.
+name in its place, or removes it; every other line stays. A file with no keys is set-up's own
+(the user service): taking it back gives the original.
 """
 
 from __future__ import annotations
