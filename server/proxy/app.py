@@ -242,6 +242,9 @@ class Proxy:
             turns = gemini.Turns(conversation)
             conversation, pinned = turns.messages, turns.pinned()
             system, tools = gemini.system_of(value), gemini.tools_of(value)
+            if offered:
+                offer = gemini.tools_of({"tools": list(inband.offered_values(api.name))})
+                tools = [*(tools or ()), *(offer or ())]
             model = gemini.model_of(path)
         if pinned:  # counted as resident input: it stays in every window
             system = ([{"type": "text", "text": system}] if isinstance(system, str)
@@ -255,7 +258,8 @@ class Proxy:
             raise  # forwarded unchanged by the caller, with its log line
         window = reply["messages"]
         read = received if turns is None else turns.messages  # what a kept window holds
-        unchanged = (len(window) == len(read)
+        unchanged = ((turns is None or turns.contents == received)  # no exchange put back
+                     and len(window) == len(read)
                      and all(a is b for a, b in zip(window, read, strict=True)))
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all

@@ -147,7 +147,7 @@ def _wants_recovery(api: str, body: dict[str, Any], raw: bytes) -> bool:
     """The request carries the notice and offers ``search_history``, and the model has not
     called it yet in this conversation."""
     if api == "gemini" or (NOTICE_BYTES not in raw and HEADER.encode() not in raw):
-        return False  # the proxy answers recovery calls in band for the other APIs only
+        return False  # the scripted recovery call has Anthropic and Responses shapes only
     if api == "anthropic":
         names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         called = any(isinstance(b, dict) and b.get("type") == "tool_use"
