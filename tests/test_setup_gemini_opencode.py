@@ -125,3 +125,20 @@ def test_install_config_registers_the_server_in_gemini_clis_settings(user_home, 
     assert written["security"] == {"auth": {"selectedType": "gemini-api-key"}}
     assert written["mcpServers"]["context-paging"]["args"][-3:] == ["serve", "--tools", "recovery"]
     assert "type" not in written["mcpServers"]["context-paging"]
+
+
+def test_install_proxy_and_install_config_share_gemini_clis_entry_until_both_are_undone(
+        user_home):
+    settings = user_home / ".gemini" / "settings.json"
+    settings.parent.mkdir()
+    original = json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    settings.write_text(original)
+    assert main(["install-config", "--client", "gemini", "--write"]) == 0
+    assert main(["install-proxy", "--client", "gemini", "--write"]) == 0
+    assert main(["uninstall-proxy", "--client", "gemini"]) == 0
+    kept = json.loads(settings.read_text())
+    assert "context-paging" in kept["mcpServers"]  # install-config's too: it stays
+    assert "compressionThreshold" not in kept.get("model", {})
+    assert main(["uninstall-config", "--client", "gemini", "--write"]) == 0
+    assert json.loads(settings.read_text()) == json.loads(original)
+    assert not undo.record_path(settings).exists()
