@@ -1,11 +1,12 @@
 """``context-paging proxy``: a local model-API gateway that sends the provider the window.
 
-Agents that cannot call ``select_context`` (Claude Code, Codex, Pi) point their model API at this
-server. For a conversation request (Anthropic ``POST /v1/messages``, OpenAI ``POST
-/v1/responses`` and ``POST /v1/chat/completions``; server/proxy/wire.py) the proxy runs the
-request's conversation through the same pipeline as the ``select_context`` tool — the ledger records
-it under a session per conversation, the window replaces the conversation array — and forwards the
-rest as received: other fields byte for byte, every header (authentication included), the query
+Agents that cannot call ``select_context`` (Claude Code, Codex, Pi, Gemini CLI, OpenCode) point
+their model API at this server. For a conversation request (Anthropic ``POST /v1/messages``,
+OpenAI ``POST /v1/responses`` and ``POST /v1/chat/completions``, Gemini ``generateContent`` and
+``streamGenerateContent``, its turns read by server/proxy/gemini.py; server/proxy/wire.py) the
+proxy runs the request's conversation through the same pipeline as the ``select_context`` tool —
+the ledger records it under a session per conversation, the window replaces the conversation
+array — and forwards the rest as received: other fields byte for byte, every header (authentication included), the query
 string. Every other path (``count_tokens``, model lists, telemetry) is forwarded untouched.
 
 Replies stream back as they arrive, raw bytes, whatever the status: a provider's 429 or 529 and
