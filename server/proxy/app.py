@@ -6,8 +6,9 @@ OpenAI ``POST /v1/responses`` and ``POST /v1/chat/completions``, Gemini ``genera
 ``streamGenerateContent``, its turns read by server/proxy/gemini.py; server/proxy/wire.py) the
 proxy runs the request's conversation through the same pipeline as the ``select_context`` tool —
 the ledger records it under a session per conversation, the window replaces the conversation
-array — and forwards the rest as received: other fields byte for byte, every header (authentication included), the query
-string. Every other path (``count_tokens``, model lists, telemetry) is forwarded untouched.
+array — and forwards the rest as received: other fields byte for byte, every header
+(authentication included), the query string. Every other path (``count_tokens``, model lists,
+telemetry) is forwarded untouched.
 
 Replies stream back as they arrive, raw bytes, whatever the status: a provider's 429 or 529 and
 its body reach the agent as the provider sent them. The exception is a conversation the proxy
