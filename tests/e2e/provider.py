@@ -117,7 +117,7 @@ class ScriptedProvider:
             return _refusal(api, list(problems))
         if (in_task and self.recover and _wants_recovery(api, body, request.body)
                 and not any(e.answer == "recover" for e in self.exchanges)):
-            reply, answer = _recovery_call(api, body, number), "recover"
+            reply, answer = _recovery_call(api, body, number, request.path), "recover"
         else:
             reply, answer = (_task_reply(api, body, done, number, request.path) if in_task
                              else (_text(api, body, _side_text(body), number, request.path),
@@ -146,9 +146,14 @@ NOTICE_BYTES = json.dumps(HEADER)[1:-1].encode()
 def _wants_recovery(api: str, body: dict[str, Any], raw: bytes) -> bool:
     """The request carries the notice and offers ``search_history``, and the model has not
     called it yet in this conversation."""
-    if api == "gemini" or (NOTICE_BYTES not in raw and HEADER.encode() not in raw):
-        return False  # the scripted recovery call has Anthropic and Responses shapes only
-    if api == "anthropic":
+    if NOTICE_BYTES not in raw and HEADER.encode() not in raw:
+        return False
+    if api == "gemini":
+        names = validate.gemini_tool_names(body)
+        called = any(isinstance(p, dict) and (p.get("functionCall") or {}).get("name")
+                     == RECOVERY_TOOL for c in body.get("contents") or ()
+                     for p in (c.get("parts") or () if isinstance(c, dict) else ()))
+    elif api == "anthropic":
         names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         called = any(isinstance(b, dict) and b.get("type") == "tool_use"
                      and b.get("name") == RECOVERY_TOOL
@@ -161,8 +166,13 @@ def _wants_recovery(api: str, body: dict[str, Any], raw: bytes) -> bool:
     return RECOVERY_TOOL in names and not called
 
 
-def _recovery_call(api: str, body: dict[str, Any], number: int) -> Reply:
+def _recovery_call(api: str, body: dict[str, Any], number: int, path: str = "") -> Reply:
     query = task.evicted_markers(1)[0]
+    if api == "gemini":
+        call = {"name": RECOVERY_TOOL, "args": {"query": query}}
+        return _gemini(body, [{"text": "Step 1 left my window; looking it up."},
+                              {"functionCall": call,
+                               "thoughtSignature": validate.thought_signature(call)}], path)
     if api == "anthropic":
         return _anthropic(body, [
             {"type": "text", "text": "Step 1 left my window; looking it up."},
