@@ -1,7 +1,8 @@
-"""Claude Code, Codex, Pi, Gemini CLI and OpenCode, unmodified and non-interactive, on the scripted 18-step shell
-task: first straight against the validating fake provider, then through ``context-paging run``
-and through ``install-proxy --write`` with a ``context-paging proxy``, at a budget that makes
-paging happen mid-run. Every rule a run breaks is listed in its one failure message."""
+"""Claude Code, Codex, Pi, Gemini CLI and OpenCode, unmodified and non-interactive, on the
+scripted 18-step shell task: first straight against the validating fake provider, then through
+``context-paging run`` and through ``install-proxy --write`` with a ``context-paging proxy``, at
+a budget that makes paging happen mid-run. Every rule a run breaks is listed in its one failure
+message."""
 
 from __future__ import annotations
 
