@@ -140,6 +140,7 @@ class ScriptedProvider:
 
 
 RECOVERY_TOOL = "search_history"
+OFFERED = ("search_history", "read_context_output", "recall")  # the proxy's in-band tools
 NOTICE_BYTES = json.dumps(HEADER)[1:-1].encode()
 
 
@@ -194,10 +195,12 @@ def _wants_json(body: dict[str, Any]) -> bool:
 
 def _title_call(body: dict[str, Any]) -> bool:
     """OpenCode's title request: its system prompt (or instructions) makes it a title
-    generator, with no tools."""
+    generator, with no tools of its own (the proxy may have offered its recovery tools)."""
     items = body.get("input") if isinstance(body.get("input"), list) else []
     prompt = json.dumps([body.get("system"), body.get("instructions"), items[:1]])[:600]
-    return not body.get("tools") and "title generator" in prompt
+    names = validate.tool_names(body) | {t.get("name") for t in body.get("tools") or ()
+                                         if isinstance(t, dict)}
+    return not names - set(OFFERED) - {None} and "title generator" in prompt
 
 
 def _side_text(body: dict[str, Any]) -> str:
