@@ -66,13 +66,14 @@ class Catalog:
 
     def open(self, found: SessionFileRef) -> SessionFile:
         """The up-to-date SessionFile for a discovered file."""
-        key = str(found.path)
+        key = _key(found)
         session = self._files.pop(key, None)
         if session is None:
             from context_paging.index.sessions import SessionFile
 
             root = self.roots.get(found.source)
-            session = SessionFile(key, found.source, str(root) if root is not None else None)
+            session = SessionFile(str(found.path), found.source,
+                                  str(root) if root is not None else None, found.session_id)
         self._files[key] = session
         while len(self._files) > self.keep_open:
             self._files.popitem(last=False)
@@ -94,30 +95,30 @@ class Catalog:
         stale = []
         for found in found_all:
             try:
-                identities[str(found.path)] = _identity(found.path)
+                identities[_key(found)] = _identity(found)
             except OSError as exc:
                 log.warning("skipped %s: %s", found.path, exc)
                 continue
-            entry = cached.get(str(found.path))
-            if entry is None or entry["identity"] != identities[str(found.path)]:
+            entry = cached.get(_key(found))
+            if entry is None or entry["identity"] != identities[_key(found)]:
                 stale.append(found)
         for found, summary in self._read_summaries(stale):  # new or changed: read them
             if isinstance(summary, str):
                 log.warning("skipped %s: %s", found.path, summary)
                 continue
-            key = str(found.path)
+            key = _key(found)
             cached[key] = {"identity": identities[key], "summary": summary.model_dump()}
             changed = True
         summaries = []
         for found in found_all:
-            entry = cached.get(str(found.path))
-            if entry is None or entry["identity"] != identities.get(str(found.path)):
+            entry = cached.get(_key(found))
+            if entry is None or entry["identity"] != identities.get(_key(found)):
                 continue
             summary = SessionSummary(**entry["summary"])
             if project is None or _in_project(summary.cwd, project):
                 summaries.append(summary)
         if source is None:  # a full listing knows which files are gone
-            present = {str(f.path) for f in found_all}
+            present = {_key(f) for f in found_all}
             for key in [k for k in cached if k not in present]:
                 del cached[key]
                 changed = True
@@ -169,7 +170,10 @@ class Catalog:
         from context_paging.index.listing import Listed, list_info
 
         root = self.roots.get(found.source)
-        listed = list_info(str(found.path), found.source, str(root) if root is not None else None)
+        listed = None
+        if found.source != "opencode":  # a database row, not a file with a head and a tail
+            listed = list_info(str(found.path), found.source,
+                               str(root) if root is not None else None)
         if listed is None:
             session = self.open(found)
             listed = Listed(session.info, session.cursor.size)
@@ -257,9 +261,23 @@ def _summarize(job: tuple[SessionFileRef, Path | None]) -> SessionSummary | str:
         return str(exc)
 
 
-def _identity(path: Path) -> list[int]:
-    """What says a file is unchanged without reading it: size, mtime and inode."""
-    stat = path.stat()
+def _key(found: SessionFileRef) -> str:
+    """A session's key in the cache: its file, or for a session in a database the database and
+    the session's id."""
+    if found.source == "opencode":
+        return f"{found.path}#{found.session_id}"
+    return str(found.path)
+
+
+def _identity(found: SessionFileRef) -> list[int]:
+    """What says a file is unchanged without reading it: size, mtime and inode (for OpenCode's
+    database, with its write-ahead log)."""
+    if found.source == "opencode":
+        from context_paging.index.sources.opencode import identity
+
+        now = identity(str(found.path))
+        return [int(now["size"]), int(now["mtime_ns"]), int(now["inode"])]
+    stat = found.path.stat()
     return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
 
 

@@ -9,7 +9,10 @@ Ids come from file names first, so resolving a reference does not parse any file
 
 * Pi: ``<timestamp>_<session id>.jsonl`` → the part after the last ``_``;
 * Claude Code: ``<session id>.jsonl`` and ``<session>/subagents/agent-<id>.jsonl`` → the stem;
-* Codex: ``rollout-<local time>-<thread uuid>.jsonl`` → the trailing uuid.
+* Codex: ``rollout-<local time>-<thread uuid>.jsonl`` → the trailing uuid;
+* Gemini CLI: ``<project>/chats/session-<local time>-<first 8 of the id>.jsonl`` → those 8;
+* OpenCode: no file per session: every session in the root's ``opencode.db`` is named by its
+  own id (``ses_…``), and its path is the database.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _UUID_TAIL = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$", re.I)
-SOURCE_NAMES = ("pi", "claude", "codex")
+SOURCE_NAMES = ("pi", "claude", "codex", "gemini", "opencode")
+_PATTERNS = {"codex": "rollout-*.jsonl", "gemini": "session-*.jsonl"}
 MIN_PREFIX = 6
 
 
@@ -58,6 +62,10 @@ def name_id(source: str, path: Path) -> str:
         match = _UUID_TAIL.search(stem)
         if match:
             return match.group(1)
+    if source == "gemini":
+        from context_paging.index.sources.gemini import name_id as gemini_id
+
+        return gemini_id(str(path))
     return stem
 
 
@@ -67,10 +75,22 @@ def iter_session_files(roots: Mapping[str, Path | None]) -> Iterator[SessionFile
         root = roots.get(source)
         if root is None or not root.is_dir():
             continue
-        pattern = "rollout-*.jsonl" if source == "codex" else "*.jsonl"
-        for path in sorted(root.rglob(pattern)):
+        if source == "opencode":
+            yield from _database_sessions(root)
+            continue
+        for path in sorted(root.rglob(_PATTERNS.get(source, "*.jsonl"))):
             if path.is_file() and _inside(path, root):
                 yield SessionFileRef(source, name_id(source, path), path)
+
+
+def _database_sessions(root: Path) -> Iterator[SessionFileRef]:
+    """OpenCode's sessions: the rows of the one database in its data folder."""
+    from context_paging.index.sources.opencode import DATABASE, session_ids
+
+    path = root / DATABASE
+    if path.is_file() and _inside(path, root):
+        for ident in session_ids(str(path), str(root)):
+            yield SessionFileRef("opencode", ident, path)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -135,6 +155,9 @@ def _by_path(text: str, roots: Mapping[str, Path | None]) -> SessionFileRef:
         if root is None:
             continue
         if real.is_relative_to(os.path.realpath(root)):
+            if source == "opencode":
+                raise SessionRefError(f"{text!r} holds every OpenCode session; name one as "
+                                      "opencode:<id> (list sessions for the ids)")
             if not real.is_file():
                 raise SessionRefError(f"no session file at {text!r}")
             return SessionFileRef(source, name_id(source, real), real)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from context_paging.paging.messages import INTERRUPTED
 
 Role = Literal["user", "assistant", "tool_result"]
-Source = Literal["pi", "claude", "codex", "ledger"]
+Source = Literal["pi", "claude", "codex", "gemini", "opencode", "ledger"]
 
 
 @dataclass(frozen=True, slots=True)

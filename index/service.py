@@ -313,7 +313,7 @@ class History:
         files: list[SessionFileRef] = []
         for found in iter_session_files(self.catalog.roots):
             try:
-                if stored.get(found.ref) == file_identity(str(found.path)):
+                if stored.get(found.ref) == _identity(found):
                     continue
             except OSError as exc:
                 log.warning("not indexed: %s: %s", found.ref, exc)
@@ -631,6 +631,15 @@ def file_stats(ref: str, session: SessionFile, enabled: bool = True,
         cache_read_tokens=usage.cache_read if usage else None,
         cache_write_tokens=usage.cache_write if usage else None,
     )
+
+
+def _identity(found: SessionFileRef) -> dict[str, object]:
+    """``index.jsonl.file_identity`` of a session's file (OpenCode's: of its database)."""
+    if found.source == "opencode":
+        from context_paging.index.sources.opencode import identity
+
+        return identity(str(found.path))
+    return file_identity(str(found.path))
 
 
 def _file_state(session: SessionFile) -> dict[str, Any]:

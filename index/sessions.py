@@ -15,6 +15,7 @@ from context_paging.index import sources
 from context_paging.index.history import Projection, project
 from context_paging.index.jsonl import FileCursor, Issue, Record
 from context_paging.index.model import Conversation, SessionInfo
+from context_paging.index.sources.opencode import DatabaseCursor
 
 
 class UnknownFormat(ValueError):
@@ -24,10 +25,13 @@ class UnknownFormat(ValueError):
 
 
 class SessionFile:
-    def __init__(self, path: str, source: str | None = None, root: str | None = None) -> None:
+    def __init__(self, path: str, source: str | None = None, root: str | None = None,
+                 session_id: str | None = None) -> None:
         self.path = path
         self.source = source
-        self.cursor = FileCursor(path, root)  # reads only what is still inside ``root``
+        self.cursor: FileCursor | DatabaseCursor = FileCursor(path, root)  # stays inside root
+        if source == "opencode":  # one session of a database, not a file of its own
+            self.cursor = DatabaseCursor(path, session_id or "", root)
         self.records: list[Record] = []
         self.read_issues: list[Issue] = []
         self.pending = False
@@ -58,7 +62,8 @@ class SessionFile:
         if not self._built:
             self.refresh()
         if self.source is None:
-            raise UnknownFormat(f"{self.path} is not a Pi, Claude Code or Codex session file")
+            raise UnknownFormat(f"{self.path} is not a Pi, Claude Code, Codex or Gemini CLI "
+                                "session file")
         return sources.build(self.source, self.records, self.path)
 
     @cached_property

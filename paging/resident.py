@@ -15,6 +15,10 @@ conversation, which the window may cut. docs/agents.md lists what each agent sen
   does not.
 - **Chat**: ``system`` and ``developer`` messages.
 - **Pi** messages (the ``select_context`` tool's own shape) have no resident items.
+- **Gemini** turns are read in the Anthropic shape (the proxy's ``server/proxy/gemini.py``), so
+  the Anthropic row holds for them: ``systemInstruction`` and ``tools`` are the resident input
+  and no turn is (a turn has no system role); Gemini CLI's opening ``<session_context>`` parts
+  travel with the notice instead, as Claude Code's ``<system-reminder>`` blocks do.
 
 The session readers use the same facts (``index/sources/codex.py``) so a session file and a
 proxied request agree on what is conversation.

@@ -276,9 +276,10 @@ def build_parser(grouped_help: bool = True) -> argparse.ArgumentParser:
                         "e.g. --set paging.token_budget=64000")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sessions = commands.add_parser("sessions", help="list Pi, Claude Code and Codex sessions")
-    sessions.add_argument("--source", choices=("pi", "claude", "codex"),
-                          help="only this agent's sessions (default: all three)")
+    sessions = commands.add_parser("sessions", help="list the agents' sessions (Pi, Claude "
+                                   "Code, Codex, Gemini CLI, OpenCode)")
+    sessions.add_argument("--source", choices=("pi", "claude", "codex", "gemini", "opencode"),
+                          help="only this agent's sessions (default: all)")
     sessions.add_argument("--project", type=text("id"),
                           help="only sessions whose working directory is this path")
     sessions.add_argument("--limit", type=number("sessions.limit"), default=50,

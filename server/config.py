@@ -110,6 +110,8 @@ SCHEMA: dict[str, dict[str, tuple[Any, Callable[[Any], Any]]]] = {
         "pi": ("~/.pi/agent/sessions", _directory),
         "claude_code": ("~/.claude/projects", _directory),
         "codex": ("~/.codex/sessions", _directory),
+        "gemini": ("~/.gemini/tmp", _directory),
+        "opencode": ("~/.local/share/opencode", _directory),
     },
 }
 
@@ -128,7 +130,8 @@ class Settings:
     def roots(self) -> dict[str, Path]:
         """Session roots keyed by source name as used in session references."""
         sources = self.values["sources"]
-        return {"pi": sources["pi"], "claude": sources["claude_code"], "codex": sources["codex"]}
+        return {"pi": sources["pi"], "claude": sources["claude_code"], "codex": sources["codex"],
+                "gemini": sources["gemini"], "opencode": sources["opencode"]}
 
     @property
     def paging_enabled(self) -> bool:

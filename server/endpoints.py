@@ -11,6 +11,7 @@ import re
 
 DEFAULT_ANTHROPIC = "https://api.anthropic.com"
 DEFAULT_OPENAI = "https://api.openai.com"
+DEFAULT_GEMINI = "https://generativelanguage.googleapis.com"
 HEALTH_PATH = "/_context-paging/health"
 # The live view and its JSON (server/proxy/view.py, docs/live-view.md): every path under it
 # needs the view's token.

@@ -86,5 +86,7 @@ MEANINGS: dict[str, dict[str, str]] = {
         "pi": "Where Pi keeps its session files (a missing folder is fine)",
         "claude_code": "Where Claude Code keeps its session files",
         "codex": "Where Codex keeps its session files",
+        "gemini": "Where Gemini CLI keeps its chats (`<project>/chats/session-*.jsonl`)",
+        "opencode": "Where OpenCode keeps its data (its sessions are in `opencode.db`)",
     },
 }

@@ -109,13 +109,32 @@ def responses_items_stream(items: list[dict[str, Any]], input_tokens: int = 10,
     events: list[dict[str, Any]] = [{"type": "response.created", "response": _response(
         [], "in_progress", input_tokens, response_id)}]
     for index, item in enumerate(items):
-        events.append({"type": "response.output_item.added", "output_index": index,
-                       "item": item})
+        if item.get("type") == "message":  # as the API streams text: empty, parts, deltas
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": {**item, "status": "in_progress", "content": []}})
+            events += _text_events(item, index)
+        else:
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": item})
         events.append({"type": "response.output_item.done", "output_index": index,
                        "item": item})
     events.append({"type": "response.completed",
                    "response": _response(items, "completed", input_tokens, response_id)})
     return sse([{**event, "sequence_number": n} for n, event in enumerate(events)])
+
+
+def _text_events(item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for part_index, part in enumerate(item.get("content") or ()):
+        where = {"item_id": item.get("id", ""), "output_index": index,
+                 "content_index": part_index}
+        text = part.get("text", "")
+        events += [{"type": "response.content_part.added", **where,
+                    "part": {**part, "text": ""}},
+                   {"type": "response.output_text.delta", **where, "delta": text},
+                   {"type": "response.output_text.done", **where, "text": text},
+                   {"type": "response.content_part.done", **where, "part": part}]
+    return events
 
 
 def responses_items_body(items: list[dict[str, Any]], input_tokens: int = 10,
@@ -132,6 +151,25 @@ def chat_completion(text: str = "ok", input_tokens: int = 10) -> Reply:
             "usage": {"prompt_tokens": input_tokens, "completion_tokens": 2,
                       "total_tokens": input_tokens + 2}}
     return Reply(chunks=(json.dumps(body).encode(),))
+
+
+def gemini_reply(parts: list[dict[str, Any]], prompt_tokens: int = 10, stream: bool = True,
+                 cached: int = 0, finish: str = "STOP") -> Reply:
+    """A Gemini generateContent reply; streamed as SSE ``data:`` lines (``alt=sse``), the
+    parts in one event and the usage repeated on the last, as the API sends them."""
+    usage = {"promptTokenCount": prompt_tokens, "candidatesTokenCount": 3,
+             "totalTokenCount": prompt_tokens + 3, "cachedContentTokenCount": cached}
+    whole = {"candidates": [{"content": {"role": "model", "parts": parts},
+                             "finishReason": finish, "index": 0}],
+             "usageMetadata": usage, "modelVersion": "gemini-fake", "responseId": "fake"}
+    if not stream:
+        return Reply(chunks=(json.dumps(whole).encode(),))
+    first = {**whole, "candidates": [{"content": {"role": "model", "parts": parts},
+                                      "index": 0}]}
+    last = {**whole, "candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+                                     "finishReason": finish, "index": 0}]}
+    return Reply(200, (("content-type", "text/event-stream"),),
+                 tuple(f"data: {json.dumps(e)}\r\n\r\n".encode() for e in (first, last)))
 
 
 @dataclass
@@ -163,6 +201,9 @@ class FakeProvider:
             return responses_stream("ok", tokens)
         if request.path.endswith("/chat/completions"):
             return chat_completion("ok", tokens)
+        if request.path.endswith((":generateContent", ":streamGenerateContent")):
+            return gemini_reply([{"text": "ok"}], tokens,
+                                stream=request.path.endswith(":streamGenerateContent"))
         return Reply(chunks=(json.dumps({"echo": request.path}).encode(),))
 
     async def __call__(self, scope, receive, send) -> None:

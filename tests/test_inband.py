@@ -50,7 +50,8 @@ class Stack:
 
     def start(self) -> None:
         self.history = make_history(load_settings(home=str(self.home)))
-        upstreams = Upstreams(anthropic=self.upstream.url, openai=self.upstream.url)
+        upstreams = Upstreams(anthropic=self.upstream.url, openai=self.upstream.url,
+                              gemini=self.upstream.url)
         recovery = inband.InBand(self.history, self.home, self.mode, self.rounds)
         self.app = Proxy(self.history.select_context, upstreams, ProxyLog(self.home),
                          recovery=recovery)

@@ -52,7 +52,8 @@ class Stack:
         self.history = make_history(load_settings(home=str(home)))
         self.provider = FakeProvider()
         self.upstream = Served(self.provider)
-        upstreams = Upstreams(anthropic=self.upstream.url, openai=self.upstream.url)
+        upstreams = Upstreams(anthropic=self.upstream.url, openai=self.upstream.url,
+                              gemini=self.upstream.url)
         self.proxy_app = Proxy(select or self.history.select_context, upstreams,
                                ProxyLog(home))
         self.proxy = Served(self.proxy_app, lifespan="on")

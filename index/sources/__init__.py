@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from context_paging.index.jsonl import Record
 from context_paging.index.model import Conversation
 
-SOURCES = ("pi", "claude", "codex")
+SOURCES = ("pi", "claude", "codex", "gemini", "opencode")
 
 
 def detect(records: Sequence[Record], path: str = "") -> str | None:
@@ -22,6 +22,8 @@ def detect(records: Sequence[Record], path: str = "") -> str | None:
     head = [r.value for r in records[:5]]
     if any(v.get("type") == "session" for v in head):
         return "pi"
+    if any("projectHash" in v and "sessionId" in v for v in head[:1]):
+        return "gemini"
     for value in head:
         if "payload" in value or value.get("type") == "session_meta" or "record_type" in value:
             return "codex"
@@ -39,6 +41,8 @@ def detect(records: Sequence[Record], path: str = "") -> str | None:
         return "codex"
     if ".pi" in parts:
         return "pi"
+    if ".gemini" in parts:
+        return "gemini"
     return None
 
 
@@ -49,6 +53,10 @@ def build(source: str, records: Sequence[Record], path: str) -> Conversation:
         from context_paging.index.sources import claude as module
     elif source == "codex":
         from context_paging.index.sources import codex as module
+    elif source == "gemini":
+        from context_paging.index.sources import gemini as module
+    elif source == "opencode":
+        from context_paging.index.sources import opencode as module
     else:
         raise ValueError(f"unknown session source {source!r}")
     return module.build(records, path)

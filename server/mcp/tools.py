@@ -298,7 +298,7 @@ async def recall(
 
 async def list_sessions(
     deps: Deps,
-    source: Literal["pi", "claude", "codex"] | None = None,
+    source: Literal["pi", "claude", "codex", "gemini", "opencode"] | None = None,
     project: Annotated[str | None, Field(max_length=ID_MAX, description="Only sessions whose "
                                          "working directory is this path or under it")] = None,
     limit: Annotated[int, Field(**between("sessions.limit"))] = 20,

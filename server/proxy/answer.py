@@ -33,6 +33,7 @@ from context_paging.server.proxy.inband import OFFERED, Hidden, InBand, Ran, Rou
 
 log = logging.getLogger("context_paging")
 
+USAGE_FIELD = {"gemini": "usageMetadata"}  # where a reply holds its usage; else ``usage``
 USAGE_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
               "output_tokens")
 # The encodings whose replies the proxy can read (httpx decodes them); any other is relayed
@@ -76,14 +77,18 @@ class Turn:
         return self.body[:self.bracket] + added + self.body[self.bracket:]
 
     def offered(self, block: Any) -> bool:
-        """Whether a reply's block (Anthropic), output item (Responses) or tool call (Chat) is
-        a call of an offered tool."""
+        """Whether a reply's block (Anthropic), output item (Responses), tool call (Chat) or
+        part (Gemini) is a call of an offered tool."""
         if not isinstance(block, dict):
             return False
         if self.api is wire.ANTHROPIC:
             kind, name = block.get("type") == "tool_use", block.get("name")
         elif self.api is wire.RESPONSES:
             kind, name = block.get("type") == "function_call", block.get("name")
+        elif self.api is wire.GEMINI:  # a part
+            call = block.get("functionCall")
+            kind = isinstance(call, dict)
+            name = call.get("name") if kind else None
         else:
             function = block.get("function")
             kind = isinstance(function, dict)
@@ -98,6 +103,8 @@ def hidden_messages(api: wire.Api, hidden: Round) -> list[Any]:
     """What one hidden round adds to the conversation, in the API's shape."""
     if api is wire.ANTHROPIC:
         return [hidden.assistant, {"role": "user", "content": hidden.results}]
+    if api is wire.GEMINI:
+        return [hidden.assistant, {"role": "user", "parts": hidden.results}]
     if api is wire.RESPONSES:
         return [*hidden.assistant, *hidden.results]
     return [hidden.assistant, *hidden.results]
@@ -110,6 +117,10 @@ def _call(api: wire.Api, call: dict[str, Any]) -> tuple[str, str, Any]:
     """(name, call id, arguments) of an offered call; arguments as the model wrote them."""
     if api is wire.ANTHROPIC:
         return call.get("name", ""), call.get("id", ""), call.get("input")
+    if api is wire.GEMINI:
+        function = call.get("functionCall") or {}
+        arguments = function.get("args", {})
+        return function.get("name", ""), function.get("id") or "", arguments
     if api is wire.RESPONSES:
         text, name, ident = call.get("arguments"), call.get("name", ""), call.get("call_id", "")
     else:
@@ -141,6 +152,10 @@ async def results(turn: Turn, calls: list[dict[str, Any]], past_bound: bool) -> 
                 block["is_error"] = True
         elif turn.api is wire.RESPONSES:
             block = {"type": "function_call_output", "call_id": ident, "output": ran.text}
+        elif turn.api is wire.GEMINI:  # answered by id when the call had one, else by name
+            block = {"functionResponse": {**({"id": ident} if ident else {}), "name": name,
+                                          "response": {"error" if ran.error else "output":
+                                                       ran.text}}}
         else:
             block = {"role": "tool", "tool_call_id": ident, "content": ran.text}
         out.append(block)
@@ -154,6 +169,11 @@ async def remember(turn: Turn, merged: bool) -> None:
                                            turn.record(merged))
         except OSError as exc:  # the answer still reaches the agent
             log.warning("proxy: in-band exchange of %s not stored: %s", turn.session, exc)
+
+
+def usage_of(api: wire.Api, value: Any) -> Any:
+    """A reply's (or a streamed event's) usage object in the API's field."""
+    return value.get(USAGE_FIELD.get(api.name, "usage")) if isinstance(value, dict) else None
 
 
 def _usage(total: dict[str, int], usage: Any) -> None:
@@ -190,10 +210,10 @@ async def answer_json(turn: Turn, first: bytes, send: Send
         return 200, first, None
     calls, kept, whole, shown = _split(turn, value)
     if not calls:
-        return 200, first, calibration(turn.api, value.get("usage"))
+        return 200, first, calibration(turn.api, usage_of(turn.api, value))
     opening, shown_all, total = value, [], {}
     while True:
-        _add(total, value.get("usage"))
+        _add(total, usage_of(turn.api, value))
         shown_all.append(kept)
         if not calls:
             break
@@ -204,7 +224,7 @@ async def answer_json(turn: Turn, first: bytes, send: Send
         if mixed or past:
             await remember(turn, True)
             return 200, _joined(turn.api, opening, value, shown_all, total, mixed, True), \
-                calibration(turn.api, value.get("usage"))
+                calibration(turn.api, usage_of(turn.api, value))
         reply = await send(turn.follow_up())
         raw = await reply.aread()
         await reply.aclose()
@@ -218,7 +238,7 @@ async def answer_json(turn: Turn, first: bytes, send: Send
         calls, kept, whole, shown = _split(turn, value if isinstance(value, dict) else {})
     await remember(turn, False)
     return 200, _joined(turn.api, opening, value, shown_all, total, False, False), \
-        calibration(turn.api, value.get("usage"))
+        calibration(turn.api, usage_of(turn.api, value))
 
 
 def _split(turn: Turn, value: dict[str, Any]) -> tuple[list, list, Any, int]:
@@ -233,6 +253,12 @@ def _split(turn: Turn, value: dict[str, Any]) -> tuple[list, list, Any, int]:
         items = value.get("output") or []
         kept = [i for i in items if not turn.offered(i)]
         return [i for i in items if turn.offered(i)], kept, items, len(kept)
+    if turn.api is wire.GEMINI:
+        candidates = value.get("candidates") or [{}]
+        parts = (candidates[0].get("content") or {}).get("parts") or []
+        kept = [p for p in parts if not turn.offered(p)]
+        return ([p for p in parts if turn.offered(p)], kept, gemini_turn(parts),
+                shown_text(kept))
     choices = value.get("choices") or [{}]
     message = choices[0].get("message") or {}
     tool_calls = message.get("tool_calls") or []
@@ -247,14 +273,41 @@ def _agent_calls(api: wire.Api, kept: list[Any]) -> bool:
         return any(isinstance(b, dict) and b.get("type") == "tool_use" for b in kept)
     if api is wire.RESPONSES:
         return any(isinstance(i, dict) and i.get("type") in RESPONSES_CALLS for i in kept)
+    if api is wire.GEMINI:
+        return any(isinstance(p, dict) and "functionCall" in p for p in kept)
     return bool(kept[1])
+
+
+def gemini_turn(parts: list[Any]) -> dict[str, Any]:
+    """A Gemini reply's parts as the model turn a follow-up sends back: empty text parts,
+    which the API refuses in a request, left out unless they carry a thought signature."""
+    return {"role": "model", "parts": [p for p in parts if not (
+        isinstance(p, dict) and p.get("text") == "" and "thoughtSignature" not in p
+        and len(p) == 1)]}
+
+
+def shown_text(parts: list[Any]) -> int:
+    """How many characters of text (thoughts aside) a Gemini agent was shown in these parts."""
+    return sum(len(p["text"]) for p in parts if isinstance(p, dict)
+               and isinstance(p.get("text"), str) and not p.get("thought"))
 
 
 def _joined(api: wire.Api, opening: dict[str, Any], last: dict[str, Any],
             shown: list[list[Any]], total: dict[str, Any], mixed: bool, ended: bool) -> bytes:
     """The one reply the agent gets: the opening reply's identity, every round's shown part,
     the last round's ending, the usage of all of them."""
-    usage = {**(last.get("usage") or {}), **total}
+    usage = {**(usage_of(api, last) or {}), **total}
+    if api is wire.GEMINI:
+        candidate = dict((last.get("candidates") or [{}])[0])
+        parts = [p for part in shown for p in part] or [{"text": ""}]
+        candidate["content"] = {**(candidate.get("content") or {}), "role": "model",
+                                "parts": parts}
+        if ended:
+            candidate["finishReason"] = "STOP"
+        value = {**last, "candidates": [candidate], "usageMetadata": usage}
+        if "responseId" in opening:
+            value["responseId"] = opening["responseId"]
+        return wire.dumps(value).encode()
     if api is wire.ANTHROPIC:
         stop = ("tool_use" if mixed else "end_turn") if ended else last.get("stop_reason")
         value = {**last, "id": opening.get("id", last.get("id")),
@@ -352,6 +405,10 @@ class _Merge:
 
     def error(self, status: int, raw: bytes) -> bytes:
         raise NotImplementedError
+
+    def between(self) -> bytes:
+        """What the agent reads of a round's ending before the follow-up is sent (b"")."""
+        return b""
 
 
 class _AnthropicMerge(_Merge):
@@ -617,7 +674,98 @@ class _ChatMerge(_Merge):
         return _event(None, {"error": _error_body(status, raw).get("error")})
 
 
-_MERGES = {"anthropic": _AnthropicMerge, "responses": _ResponsesMerge, "chat": _ChatMerge}
+class _GeminiMerge(_Merge):
+    """Gemini's ``alt=sse`` events (each a ``GenerateContentResponse`` chunk, no end marker):
+    a chunk without an offered call passes as it came, one with one passes without it; each
+    round's last chunk (the one with a ``finishReason``) is held, and the reply ends with one
+    such chunk: the last round's parts, the first round's ``responseId`` and every round's
+    ``usageMetadata`` added up. A chunk with an ``error`` ends the reply."""
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__(turn)
+        self.opening: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None  # the latest round's final chunk, its parts kept
+        self.held = b""  # its bytes, as received
+
+    def begin(self) -> None:
+        self.parts: list[Any] = []  # the round's every part, as the follow-up sends them back
+        self.offered_seen = False
+        self.round_usage: Any = None
+
+    def step(self, raw: bytes) -> Any:
+        data = _data(raw)
+        if not isinstance(data, dict):
+            return raw
+        if "error" in data:
+            return _ERROR
+        if self.opening is None:
+            self.opening = data
+        if isinstance(data.get("usageMetadata"), dict):
+            self.round_usage = data["usageMetadata"]  # repeated: the last one stands
+        candidates = data.get("candidates")
+        candidate = candidates[0] if isinstance(candidates, list) and candidates else {}
+        content = candidate.get("content") if isinstance(candidate, dict) else None
+        content = content if isinstance(content, dict) else {}
+        parts = content.get("parts")
+        parts = parts if isinstance(parts, list) else []
+        self.parts += parts
+        kept = [p for p in parts if not self.turn.offered(p)]
+        self.offered_seen = self.offered_seen or len(kept) < len(parts)
+        if isinstance(candidate, dict) and candidate.get("finishReason"):
+            self.held = raw
+            self.last = {**data, "candidates": [
+                {**candidate, "content": {**content, "parts": kept}}]}
+            return _END
+        if len(kept) == len(parts):
+            return raw
+        if not kept:
+            return b""
+        return _event(None, {**data, "candidates": [
+            {**candidate, "content": {**content, "parts": kept}}, *candidates[1:]]})
+
+    def end(self) -> tuple[list, list, Any, int]:
+        _add(self.total, self.round_usage)
+        self.usage = self.round_usage
+        calls = [p for p in self.parts if self.turn.offered(p)]
+        kept = [p for p in self.parts if not self.turn.offered(p)]
+        return calls, kept, gemini_turn(self.parts), shown_text(kept)
+
+    def _last_parts(self) -> list[Any]:
+        candidate = (self.last or {}).get("candidates", [{}])[0]
+        return list((candidate.get("content") or {}).get("parts") or [])
+
+    def between(self) -> bytes:
+        parts = [p for p in self._last_parts() if p != {"text": ""}]
+        if not parts or self.last is None:
+            return b""
+        candidate = {k: v for k, v in self.last["candidates"][0].items()
+                     if k not in ("finishReason", "finishMessage")}
+        value = {k: v for k, v in self.last.items() if k != "usageMetadata"}
+        return _event(None, {**value, "candidates": [candidate]})
+
+    def final(self, rounds: bool, mixed: bool | None) -> bytes:
+        if not rounds and self.held and not self.offered_seen:
+            return self.held  # nothing was answered: the provider's own ending
+        last = self.last or {"candidates": [{"content": {"role": "model", "parts": []}}]}
+        candidate = dict(last["candidates"][0])
+        candidate["content"] = {**(candidate.get("content") or {}), "role": "model",
+                                "parts": self._last_parts() or [{"text": ""}]}
+        candidate["finishReason"] = candidate.get("finishReason") or "STOP"
+        value = {**last, "candidates": [candidate], "usageMetadata": {
+            **(self.round_usage or {}), **self.total}}
+        if self.opening and "responseId" in self.opening:
+            value["responseId"] = self.opening["responseId"]
+        return _event(None, value)
+
+    def error(self, status: int, raw: bytes) -> bytes:
+        error = _error_body(status, raw).get("error") or {}
+        return _event(None, {"error": {"code": status, "message": str(error.get("message", "")),
+                                       "status": str(error.get("status") or error.get("type")
+                                                     or "UNKNOWN")}})
+
+
+_MERGES = {"anthropic": _AnthropicMerge, "responses": _ResponsesMerge, "chat": _ChatMerge,
+           "gemini": _GeminiMerge}
 
 
 async def answer_stream(turn: Turn, first: AsyncIterator[bytes], send: Send,
@@ -664,6 +812,9 @@ async def answer_stream(turn: Turn, first: AsyncIterator[bytes], send: Send,
             yield merge.final(True, mixed)
             _report(turn.api, merge.usage, on_usage)
             return
+        shown_end = merge.between()
+        if shown_end:
+            yield shown_end
         try:
             reply = await send(turn.follow_up())
         except httpx.HTTPError as exc:
@@ -694,7 +845,7 @@ def calibration(api: wire.Api, usage: Any) -> dict[str, int] | None:
     if not isinstance(usage, dict):
         return None
     tap = wire.UsageTap(api, False)
-    tap.feed(wire.dumps({"usage": usage}).encode())
+    tap.feed(wire.dumps({USAGE_FIELD.get(api.name, "usage"): usage}).encode())
     return tap.result()
 
 

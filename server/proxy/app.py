@@ -1,12 +1,14 @@
 """``context-paging proxy``: a local model-API gateway that sends the provider the window.
 
-Agents that cannot call ``select_context`` (Claude Code, Codex, Pi) point their model API at this
-server. For a conversation request (Anthropic ``POST /v1/messages``, OpenAI ``POST
-/v1/responses`` and ``POST /v1/chat/completions``; server/proxy/wire.py) the proxy runs the
-request's conversation through the same pipeline as the ``select_context`` tool — the ledger records
-it under a session per conversation, the window replaces the conversation array — and forwards the
-rest as received: other fields byte for byte, every header (authentication included), the query
-string. Every other path (``count_tokens``, model lists, telemetry) is forwarded untouched.
+Agents that cannot call ``select_context`` (Claude Code, Codex, Pi, Gemini CLI, OpenCode) point
+their model API at this server. For a conversation request (Anthropic ``POST /v1/messages``,
+OpenAI ``POST /v1/responses`` and ``POST /v1/chat/completions``, Gemini ``generateContent`` and
+``streamGenerateContent``, its turns read by server/proxy/gemini.py; server/proxy/wire.py) the
+proxy runs the request's conversation through the same pipeline as the ``select_context`` tool —
+the ledger records it under a session per conversation, the window replaces the conversation
+array — and forwards the rest as received: other fields byte for byte, every header
+(authentication included), the query string. Every other path (``count_tokens``, model lists,
+telemetry) is forwarded untouched.
 
 Replies stream back as they arrive, raw bytes, whatever the status: a provider's 429 or 529 and
 its body reach the agent as the provider sent them. The exception is a conversation the proxy
@@ -42,13 +44,14 @@ from context_paging.paging.notice import inband_notice, shell_notice
 from context_paging.paging.resident import is_resident
 from context_paging.server.endpoints import (
     DEFAULT_ANTHROPIC,
+    DEFAULT_GEMINI,
     DEFAULT_OPENAI,
     HEALTH_PATH,
     VIEW_PREFIX,
 )
 from context_paging.server.errors import failure
 from context_paging.server.idle import Idler
-from context_paging.server.proxy import answer, inband, wire
+from context_paging.server.proxy import answer, gemini, inband, wire
 from context_paging.server.proxy.conversations import Chains
 from context_paging.server.proxy.resent import Resent, same_objects
 from context_paging.server.setup import clients
@@ -72,12 +75,17 @@ MAX_BODY = 32 * 1024 * 1024  # paging.max_request_bytes' default (server/config.
 class Upstreams:
     anthropic: str = DEFAULT_ANTHROPIC
     openai: str = DEFAULT_OPENAI
+    gemini: str = DEFAULT_GEMINI
 
     def for_request(self, path: str, headers: Mapping[str, str]) -> str:
-        """Anthropic for its paths and its headers, OpenAI otherwise."""
+        """Anthropic for its paths and its headers, Gemini for its paths (``/v1beta/…``) and
+        its key header, OpenAI otherwise."""
         if (path.startswith(("/v1/messages", "/v1/complete", "/api/"))
                 or "anthropic-version" in headers or "x-api-key" in headers):
             return self.anthropic.rstrip("/")
+        if (path.startswith(("/v1beta/", "/upload/v1beta/")) or "x-goog-api-key" in headers
+                or ("/models/" in path and ":" in path.rsplit("/", 1)[-1])):
+            return self.gemini.rstrip("/")
         return self.openai.rstrip("/")
 
 
@@ -148,7 +156,7 @@ class Proxy:
         note, session, turn = None, None, None
         if api is not None and isinstance(body, bytes):
             body, note, session, turn = await anyio.to_thread.run_sync(
-                self._page, api, body, request.headers)
+                self._page, api, body, request.headers, request.url.path)
         numbered: list[int] = []  # the request's number in its conversation's series
         async with anyio.create_task_group() as group:
             if note is not None:  # the tally is written while the provider thinks
@@ -182,7 +190,7 @@ class Proxy:
 
     # --- the conversation -------------------------------------------------------------------
 
-    def _page(self, api: wire.Api, raw: bytes, headers: Mapping[str, str]
+    def _page(self, api: wire.Api, raw: bytes, headers: Mapping[str, str], path: str = ""
               ) -> tuple[bytes, Callable[[], None] | None, str | None, answer.Turn | None]:
         """The body to send (the window in place of the conversation, or the original bytes),
         the stats note to write for it, the conversation's ledger session, and the turn whose
@@ -195,7 +203,7 @@ class Proxy:
             if self._idler is not None:
                 self._idler.enter()  # idle work under way stops at its next count
             try:
-                paged = self._paged(api, raw, headers)
+                paged = self._paged(api, raw, headers, path)
             finally:
                 if self._idler is not None:
                     self._idler.leave()
@@ -213,7 +221,7 @@ class Proxy:
                             (failed.message if failed else str(exc))[:200])
         return raw, None, None, None
 
-    def _paged(self, api: wire.Api, raw: bytes, headers: Mapping[str, str]
+    def _paged(self, api: wire.Api, raw: bytes, headers: Mapping[str, str], path: str = ""
                ) -> tuple[bytes, Callable[[], None] | None, str, answer.Turn | None]:
         body = self.bodies.read(raw, api.field)  # only what follows an earlier body's bytes
         value = body.value
@@ -231,6 +239,15 @@ class Proxy:
             tools = [*(tools or ()), *inband.offered_values(api.name)]
         model = value.get("model") if isinstance(value.get("model"), str) else None
         pinned = _pinned_context(conversation) if api is wire.ANTHROPIC else []
+        turns = None
+        if api is wire.GEMINI:  # paged in the Anthropic shape, written back as turns
+            turns = gemini.Turns(conversation)
+            conversation, pinned = turns.messages, turns.pinned()
+            system, tools = gemini.system_of(value), gemini.tools_of(value)
+            if offered:
+                offer = gemini.tools_of({"tools": list(inband.offered_values(api.name))})
+                tools = [*(tools or ()), *(offer or ())]
+            model = gemini.model_of(path)
         if pinned:  # counted as resident input: it stays in every window
             system = ([{"type": "text", "text": system}] if isinstance(system, str)
                       else list(system or [])) + pinned
@@ -242,8 +259,10 @@ class Proxy:
             self._failed_open(session, api, exc, raw, agent, model)
             raise  # forwarded unchanged by the caller, with its log line
         window = reply["messages"]
-        unchanged = (len(window) == len(received)
-                     and all(a is b for a, b in zip(window, received, strict=True)))
+        read = received if turns is None else turns.messages  # what a kept window holds
+        unchanged = ((turns is None or turns.contents == received)  # no exchange put back
+                     and len(window) == len(read)
+                     and all(a is b for a, b in zip(window, read, strict=True)))
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
@@ -257,10 +276,11 @@ class Proxy:
         named = None  # the notice as the model reads it (the live view shows it)
         if notice:  # the proxy's own tools need no session; the MCP server's and the CLI's do
             named = text if offered else f"{text}\nSession for those tools: \"ledger:{session}\"."
+        spliced = None if unchanged else _name_session(window, notice, named, pinned)
+        if spliced is not None and turns is not None:
+            spliced = turns.back(spliced)
         out, bracket = wire.splice_at(
-            body, api.field,
-            None if unchanged else _name_session(window, notice, named, pinned),
-            inband.offered_bytes(api.name) if offered else b"")
+            body, api.field, spliced, inband.offered_bytes(api.name) if offered else b"")
         turn = None
         if offered and self.inband is not None:
             turn = answer.Turn(self.inband, session, api, out, bracket, len(received),

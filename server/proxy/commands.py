@@ -8,6 +8,7 @@ All of them print on stdout and log on stderr; none of them touches the agents' 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import socket
@@ -21,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 from context_paging.index import private
 from context_paging.server import heap
 from context_paging.server.config import Settings
-from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_OPENAI
+from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_GEMINI, DEFAULT_OPENAI
 from context_paging.server.setup import agents, clients, service, undo
 
 if TYPE_CHECKING:  # the HTTP stack loads only for the commands that serve
     from context_paging.server.proxy.app import Proxy
 
 DEFAULT_PORT = 8787
-CLIENTS = ("claude-code", "codex", "pi")
+CLIENTS = ("claude-code", "codex", "pi", "gemini", "opencode")
 OWNER = "install-proxy"  # whose keys, in the undo record
 
 
@@ -46,7 +47,7 @@ def port(text: str) -> int:
 def add_commands(commands: Any) -> None:
     """Register the proxy's subcommands on the CLI's subparsers."""
     proxy = commands.add_parser("proxy", help="run the local model-API proxy that pages "
-                                "Claude Code, Codex and Pi requests")
+                                "Claude Code, Codex, Pi, Gemini CLI and OpenCode requests")
     _proxy_arguments(proxy)
     proxy.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1: this machine only)")
@@ -92,6 +93,8 @@ def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"where Anthropic requests go (default {DEFAULT_ANTHROPIC})")
     parser.add_argument("--upstream-openai", default=DEFAULT_OPENAI, metavar="URL",
                         help=f"where OpenAI requests go (default {DEFAULT_OPENAI})")
+    parser.add_argument("--upstream-gemini", default=DEFAULT_GEMINI, metavar="URL",
+                        help=f"where Gemini requests go (default {DEFAULT_GEMINI})")
 
 
 def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
@@ -104,7 +107,8 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
 
     history = make_history(settings)
     history.context  # noqa: B018  # load the tokenizer now, not during the first request
-    upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai)
+    upstreams = Upstreams(args.upstream_anthropic, args.upstream_openai,
+                          getattr(args, "upstream_gemini", DEFAULT_GEMINI))
     recovery = InBand(history, settings.home, settings.get("proxy", "recovery_tools"),
                       settings.get("proxy", "recovery_rounds"))
     app = Proxy(history.select_context, upstreams, ProxyLog(settings.home),
@@ -194,7 +198,8 @@ def cmd_proxy(args: argparse.Namespace, settings: Settings) -> int:
     heap.settle()  # everything the proxy runs on is loaded (server/heap.py)
     open_for_requests(sock)  # only now: until here a connection is refused, not left waiting
     print(f"context-paging proxy on http://{args.host}:{args.port} → Anthropic "
-          f"{args.upstream_anthropic}, OpenAI {args.upstream_openai} (Ctrl-C stops)\n"
+          f"{args.upstream_anthropic}, OpenAI {args.upstream_openai}, Gemini "
+          f"{args.upstream_gemini} (Ctrl-C stops)\n"
           f"context-paging: live view at {view_url(settings.home, args.host, args.port)}",
           file=sys.stderr)
     try:
@@ -238,6 +243,12 @@ def child_environment(program: str, url: str, environ: dict[str, str],
         extra = ["-c", f'openai_base_url="{url}/v1"']
     elif name == "pi" and scratch is not None:  # Pi reads base URLs from models.json only
         env["PI_CODING_AGENT_DIR"] = str(agents.pi_run_directory(url, environ, scratch))
+    elif name == "gemini":
+        env[agents.GEMINI_BASE_URL] = url  # read before its .env files, which do not override
+    elif name == "opencode":
+        # OpenCode merges OPENCODE_CONFIG_CONTENT over its config files: the providers re-pointed
+        # and compaction off for this run, the user's files unchanged
+        env["OPENCODE_CONFIG_CONTENT"] = json.dumps(agents.opencode_patch(url, mcp=False))
     else:
         env["ANTHROPIC_BASE_URL"] = url
         env["OPENAI_BASE_URL"] = f"{url}/v1"

@@ -60,21 +60,36 @@ def definitions() -> tuple[dict[str, Any], ...]:
     return tuple(json.loads(DEFINITIONS.read_text(encoding="utf-8")))
 
 
+def _each(entry: Any) -> Any:
+    return lambda tools: [entry(t["name"], t["description"], t["input_schema"]) for t in tools]
+
+
+# Per API, the ``tools`` entries that offer the tools (name, description, input schema); an API
+# not listed here is never offered them. Gemini takes them as one entry of function
+# declarations, with the schema as JSON Schema (``parametersJsonSchema``).
+ENTRIES = {
+    "anthropic": _each(lambda name, text, schema: {
+        "name": name, "description": text, "input_schema": schema}),
+    "responses": _each(lambda name, text, schema: {
+        "type": "function", "name": name, "description": text, "parameters": schema,
+        "strict": False}),
+    "chat": _each(lambda name, text, schema: {"type": "function", "function": {
+        "name": name, "description": text, "parameters": schema}}),
+    "gemini": lambda tools: [{"functionDeclarations": [
+        {"name": t["name"], "description": t["description"],
+         "parametersJsonSchema": t["input_schema"]} for t in tools]}],
+}
+
+
+def answers(api: wire.Api) -> bool:
+    """Whether the proxy can offer and answer the recovery tools in this API's requests."""
+    return api.name in ENTRIES
+
+
 @functools.cache
 def offered_bytes(api_name: str) -> bytes:
     """The offered tools as ``tools`` entries of the API, compact JSON joined by commas."""
-    entries = []
-    for tool in definitions():
-        name, text, schema = tool["name"], tool["description"], tool["input_schema"]
-        if api_name == "anthropic":
-            entries.append({"name": name, "description": text, "input_schema": schema})
-        elif api_name == "responses":
-            entries.append({"type": "function", "name": name, "description": text,
-                            "parameters": schema, "strict": False})
-        else:
-            entries.append({"type": "function", "function": {
-                "name": name, "description": text, "parameters": schema}})
-    return b",".join(wire.dumps(entry).encode() for entry in entries)
+    return b",".join(wire.dumps(entry).encode() for entry in ENTRIES[api_name](definitions()))
 
 
 @functools.cache
@@ -86,7 +101,9 @@ def offered_values(api_name: str) -> tuple[dict[str, Any], ...]:
 def tool_names(api: wire.Api, value: Mapping[str, Any]) -> set[str]:
     """The names of the agent's own tools in a request body."""
     names = set()
-    for tool in value.get("tools") or ():
+    tools = value.get("tools") if isinstance(value.get("tools"), list) else []
+    for tool in [*tools, *(d for t in tools if isinstance(t, dict)  # Gemini's declarations
+                           for d in t.get("functionDeclarations") or ())]:
         if not isinstance(tool, dict):
             continue
         function = tool.get("function")
@@ -107,9 +124,10 @@ def anchor(message: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Round:
-    assistant: Any  # the model's whole message (Anthropic, Chat) or output items (Responses)
-    results: list[dict[str, Any]]  # the proxy's results: tool_result blocks, output items or
-    # tool messages
+    assistant: Any  # the model's whole message (Anthropic, Chat), turn (Gemini) or output
+    # items (Responses)
+    results: list[dict[str, Any]]  # the proxy's results: tool_result blocks, output items,
+    # tool messages or functionResponse parts
     shown: int  # how many of its blocks / items / text characters reached the agent
 
 
@@ -202,9 +220,7 @@ def expand(api: wire.Api, conversation: list[Any], records: Sequence[Hidden]) ->
         n = record.at
         if not 0 < n < len(conversation) or anchor(conversation[n - 1]) != record.anchor:
             continue
-        place = (_anthropic_place if api is wire.ANTHROPIC else
-                 _responses_place if api is wire.RESPONSES else _chat_place)
-        placed = place(conversation, record)
+        placed = PLACES[api.name](conversation, record)
         if placed is not None:
             out[n:n + placed[0]] = placed[1]
     return out
@@ -286,6 +302,52 @@ def _anthropic_place(conversation: list[Any], record: Hidden) -> tuple[int, list
     return 1, placed
 
 
+def _gemini_place(conversation: list[Any], record: Hidden) -> tuple[int, list[Any]] | None:
+    """Gemini: the agent's model turn holds every round's text (``shown`` characters each;
+    Gemini CLI joins adjacent text parts and keeps no thoughts) and then its own parts. It
+    becomes each round's whole turn and a user turn of the proxy's ``functionResponse`` parts,
+    then the rest of it as a turn of its own; a merged record's last results open the agent's
+    next user turn, before its own responses."""
+    n = record.at
+    turn = conversation[n]
+    parts = turn.get("parts") if isinstance(turn, dict) else None
+    if not isinstance(parts, list) or turn.get("role") != "model":
+        return None
+    left, rest = sum(r.shown for r in record.rounds), []
+    for part in parts:
+        text = part.get("text") if isinstance(part, dict) and not part.get("thought") else None
+        if left and isinstance(text, str):
+            taken = min(left, len(text))
+            left -= taken
+            if text[taken:]:
+                rest.append({**part, "text": text[taken:]})
+        elif isinstance(part, dict) and not (left and part.get("thought")):
+            rest.append(part)
+    if left:
+        return None
+    placed: list[Any] = []
+    for hidden in record.rounds:
+        placed += [hidden.assistant, {"role": "user", "parts": hidden.results}]
+    if not record.merged:
+        if rest:
+            placed.append({**turn, "parts": rest})
+        return 1, placed
+    results = placed.pop()["parts"]
+    if any("functionCall" not in p for p in rest):  # more than the record knows of
+        return None
+    following = conversation[n + 1] if n + 1 < len(conversation) else None
+    if isinstance(following, dict) and following.get("role") == "user":
+        theirs = following.get("parts") if isinstance(following.get("parts"), list) else []
+        placed.append({**following, "parts": [*results, *theirs]})
+        return 2, placed
+    placed.append({"role": "user", "parts": results})
+    return 1, placed
+
+
+PLACES = {"anthropic": _anthropic_place, "responses": _responses_place, "chat": _chat_place,
+          "gemini": _gemini_place}  # per API: where a hidden exchange goes back
+
+
 # --- the offer ------------------------------------------------------------------------------------
 
 
@@ -313,7 +375,7 @@ class InBand:
         recovery tools that show up late (Codex lists its MCP servers after its first tool
         output; an MCP client may connect late) withdraw the offer, once, while nothing has left
         the window yet."""
-        if self.mode == "never":
+        if self.mode == "never" or not answers(api):
             return False
         with self._lock:
             decided = self._decided.get(session)

@@ -61,6 +61,8 @@ class Api:
 ANTHROPIC = Api("anthropic", "messages", "anthropic", "cc")
 RESPONSES = Api("responses", "input", "responses", "oa")
 CHAT = Api("chat", "messages", "openai", "oc")
+# Gemini's turns are paged in the Anthropic shape (server/proxy/gemini.py reads and writes them)
+GEMINI = Api("gemini", "contents", "anthropic", "gm")
 
 
 def route(method: str, path: str) -> Api | None:
@@ -74,6 +76,8 @@ def route(method: str, path: str) -> Api | None:
         return RESPONSES
     if path.endswith("/chat/completions"):
         return CHAT
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return GEMINI
     return None
 
 
@@ -325,8 +329,8 @@ _LEGACY_SESSION = re.compile(r"_session_([0-9A-Za-z-]+)$")
 def agent_session(api: Api, value: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
     """The agent's own session or conversation id, when the request carries one."""
     if api is ANTHROPIC:
-        header = headers.get("x-claude-code-session-id")
-        if header:
+        header = headers.get("x-claude-code-session-id") or headers.get("x-session-id")
+        if header:  # Claude Code's, or OpenCode's (``ses_…``)
             return header
         metadata = value.get("metadata")
         user = metadata.get("user_id") if isinstance(metadata, dict) else None
@@ -432,7 +436,7 @@ class UsageTap:
         if len(self.pending) > USAGE_BODY_LIMIT:
             self.pending = b""
         for line in lines:
-            if line.startswith(b"data:") and b'"usage"' in line:
+            if line.startswith(b"data:") and (b'"usage"' in line or b'"usageMetadata"' in line):
                 try:
                     self._read(json.loads(line[5:]))
                 except ValueError:
@@ -447,12 +451,35 @@ class UsageTap:
         return self.usage or None
 
     def _read(self, event: Any) -> None:
+        if isinstance(event, list) and self.api is GEMINI:  # streamGenerateContent without
+            for item in event:  # alt=sse answers one JSON array of the stream's events
+                self._read(item)
+            return
         if not isinstance(event, dict):
+            return
+        if self.api is GEMINI:
+            if isinstance(event.get("usageMetadata"), dict):
+                self._gemini(event["usageMetadata"])
             return
         for holder in (event, event.get("message"), event.get("response")):
             usage = holder.get("usage") if isinstance(holder, dict) else None
             if isinstance(usage, dict):
                 self._merge(usage)
+
+    def _gemini(self, usage: dict[str, Any]) -> None:
+        """``usageMetadata``: the prompt count includes ``cachedContentTokenCount``; thoughts
+        are output. A stream repeats the figures, the last ones standing."""
+        def number(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        if "promptTokenCount" not in usage:
+            return
+        cached = number("cachedContentTokenCount")
+        found = {"input_tokens": number("promptTokenCount") - cached,
+                 "cache_read_tokens": cached,
+                 "output_tokens": number("candidatesTokenCount") + number("thoughtsTokenCount")}
+        self.usage.update({k: v for k, v in found.items() if v >= 0})
 
     def _merge(self, usage: dict[str, Any]) -> None:
         def number(*path: str) -> int | None:

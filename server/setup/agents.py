@@ -15,6 +15,13 @@ What each agent gets (docs/agents.md, "Setting each agent up"):
   ``baseUrl`` re-pointed (models and auth stay), and ``~/.pi/agent/settings.json`` →
   ``compaction.enabled = false``. Pi has no MCP client; the recovery commands are the CLI's.
   ``run -- pi`` uses a temporary agent directory instead (:func:`pi_run_directory`).
+- **Gemini CLI**: ``~/.gemini/.env`` → ``GOOGLE_GEMINI_BASE_URL`` (the proxy's origin; the CLI
+  reads that file at start), ``~/.gemini/settings.json`` → ``model.compressionThreshold = 1``
+  (its compression never fires: the proxy pages instead) and the MCP server in
+  ``mcpServers``.
+- **OpenCode**: ``~/.config/opencode/opencode.json`` → ``provider.anthropic`` and
+  ``provider.openai`` ``options.baseURL`` (the proxy with ``/v1``), ``compaction.auto`` and
+  ``compaction.prune`` off, and the MCP server in ``mcp`` (a ``local`` command).
 
 Without ``--write`` the changes are printed. With it each file is rewritten atomically, its
 original kept for ``uninstall-proxy`` with the keys set (server/setup/undo.py); a file that holds
@@ -128,6 +135,13 @@ FILES: dict[str, list[tuple[str, list[undo.Key]]]] = {  # per agent: each file a
     "pi": [(".pi/agent/models.json", [("providers", "anthropic", "baseUrl"),
                                       ("providers", "openai", "baseUrl")]),
            (".pi/agent/settings.json", [("compaction", "enabled")])],
+    "gemini": [(".gemini/.env", [("GOOGLE_GEMINI_BASE_URL",)]),
+               (".gemini/settings.json", [("model", "compressionThreshold"),
+                                          ("mcpServers", clients.DEFAULT_NAME)])],
+    "opencode": [(".config/opencode/opencode.json", [
+        ("provider", "anthropic", "options", "baseURL"),
+        ("provider", "openai", "options", "baseURL"),
+        ("compaction", "auto"), ("compaction", "prune"), ("mcp", clients.DEFAULT_NAME)])],
 }
 
 
@@ -170,6 +184,10 @@ def planned_changes(client: str, port: int, home: Path,
                        f"model_provider = {PROVIDER} ({url}/v1); auto-compaction limit raised; "
                        f"mcp_servers.{clients.DEFAULT_NAME} (the recovery tools)",
                        keys, _provider_warning(text))]
+    if client == "gemini":
+        return gemini_changes(url, files, server_home)
+    if client == "opencode":
+        return opencode_changes(url, files, server_home)
     if client == "claude-code":
         name = clients.DEFAULT_NAME
         settings: dict[str, Any] = {"env": {"ANTHROPIC_BASE_URL": url,
@@ -300,7 +318,7 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
     urls, agents = setup_checks.base_url_lines(port, home, environ)
     lines.append("agents pointing at it: " + ", ".join(agents) if agents else
                  f"{setup_checks.BROKEN} agents pointing at it: none — run: context-paging "
-                 "install-proxy --client claude-code|codex|pi")
+                 "install-proxy --client claude-code|codex|pi|gemini|opencode")
     if urls:
         lines += ["model API base URLs:", *urls]
     lines += ["MCP server registered:", *setup_checks.registrations(home, cwd)]
@@ -366,3 +384,56 @@ def paging_report(data_home: Path) -> tuple[bool, list[str]]:
     if len(found) > SHOWN_CONVERSATIONS:
         lines.append(f"  … and {len(found) - SHOWN_CONVERSATIONS:,} older conversations")
     return ok, lines
+
+
+# --- Gemini CLI and OpenCode ------------------------------------------------------------------
+
+GEMINI_BASE_URL = "GOOGLE_GEMINI_BASE_URL"
+
+
+def gemini_changes(url: str, files: list[tuple[Path, list[undo.Key]]],
+                   server_home: str | None = None) -> list[Change]:
+    """Gemini CLI: its ``.env`` names the proxy, its settings turn compression off and
+    register the MCP server (``mcpServers``, the shape Claude Desktop reads)."""
+    (env, env_keys), (path, keys) = files
+    text = env.read_text(encoding="utf-8") if env.exists() else ""
+    name = clients.DEFAULT_NAME
+    patch = {"model": {"compressionThreshold": 1},
+             "mcpServers": {name: mcp_entry("claude-desktop", server_home)}}
+    return [Change(env, env_line(text, GEMINI_BASE_URL, url), f"{GEMINI_BASE_URL}={url}",
+                   env_keys),
+            Change(path, _json(_merge(_load_json(path), patch)),
+                   f"model.compressionThreshold = 1; mcpServers.{name} (the recovery tools)",
+                   keys)]
+
+
+def opencode_changes(url: str, files: list[tuple[Path, list[undo.Key]]],
+                     server_home: str | None = None) -> list[Change]:
+    """OpenCode: its Anthropic and OpenAI providers sent to the proxy, compaction and pruning
+    off, and the MCP server as a local command."""
+    [(path, keys)] = files
+    return [Change(path, _json(_merge(_load_json(path), opencode_patch(url, server_home))),
+                   f"provider.anthropic/openai.options.baseURL → {url}/v1; compaction off; "
+                   f"mcp.{clients.DEFAULT_NAME} (the recovery tools)", keys)]
+
+
+def opencode_patch(url: str, server_home: str | None = None, mcp: bool = True) -> dict[str, Any]:
+    """The part of opencode.json install-proxy writes; ``run -- opencode`` passes the same
+    without the MCP server (``mcp`` false), as ``run`` registers none for any agent."""
+    patch: dict[str, Any] = {"provider": {"anthropic": {"options": {"baseURL": f"{url}/v1"}},
+                                          "openai": {"options": {"baseURL": f"{url}/v1"}}},
+                             "compaction": {"auto": False, "prune": False}}
+    if mcp:
+        entry = mcp_entry("claude-desktop", server_home)
+        local: dict[str, Any] = {"type": "local", "command": [entry["command"], *entry["args"]],
+                                 "enabled": True}
+        if entry.get("env"):
+            local["environment"] = entry["env"]
+        patch["mcp"] = {clients.DEFAULT_NAME: local}
+    return patch
+
+
+def env_line(text: str, key: str, value: str) -> str:
+    """A ``.env`` file's text with ``key=value``: the key's line replaced, else added
+    (uninstall-proxy takes it back: server/setup/undo.py)."""
+    return undo.set_env_line(text, key, f"{key}={value}")

@@ -65,7 +65,9 @@ def agent_files(home: Path, cwd: Path) -> list[tuple[str, Path]]:
             ("Claude Code", home / ".claude.json"), ("Claude Code", cwd / ".mcp.json"),
             ("Codex", home / ".codex" / "config.toml"),
             ("Pi", home / ".pi" / "agent" / "models.json"),
-            ("Pi", home / ".pi" / "agent" / "settings.json")]
+            ("Pi", home / ".pi" / "agent" / "settings.json"),
+            ("Gemini CLI", home / ".gemini" / "settings.json"),
+            ("OpenCode", home / ".config" / "opencode" / "opencode.json")]
 
 
 def unreadable(home: Path, cwd: Path) -> list[str]:
@@ -115,7 +117,34 @@ def base_urls(home: Path, environ: dict[str, str]) -> list[tuple[str, str | None
          codex_url or codex.get("openai_base_url")),
         ("Pi anthropic (~/.pi/agent/models.json)", _get(pi, "providers", "anthropic", "baseUrl")),
         ("Pi openai (~/.pi/agent/models.json)", _get(pi, "providers", "openai", "baseUrl")),
+        *_more_base_urls(home, environ),
     ]
+
+
+def _more_base_urls(home: Path, environ: dict[str, str]) -> list[tuple[str, str | None]]:
+    """Gemini CLI's (the shell, then its ``.env``) and OpenCode's providers."""
+    opencode = _json(home / ".config" / "opencode" / "opencode.json")
+    return [
+        ("GOOGLE_GEMINI_BASE_URL in this shell", environ.get("GOOGLE_GEMINI_BASE_URL")),
+        ("Gemini CLI (~/.gemini/.env)", _env_value(home / ".gemini" / ".env",
+                                                   "GOOGLE_GEMINI_BASE_URL")),
+        ("OpenCode anthropic (~/.config/opencode/opencode.json)",
+         _get(opencode, "provider", "anthropic", "options", "baseURL")),
+        ("OpenCode openai (~/.config/opencode/opencode.json)",
+         _get(opencode, "provider", "openai", "options", "baseURL")),
+    ]
+
+
+def _env_value(path: Path, key: str) -> str | None:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError):
+        return None
+    for line in lines:
+        name, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and name.strip() == key:
+            return value.strip().strip("'\"")
+    return None
 
 
 def _port(url: str) -> int | None:
@@ -151,6 +180,14 @@ def base_url_lines(port: int, home: Path, environ: dict[str, str]) -> tuple[list
     return lines, pointing
 
 
+def _opencode_entry(entry: Any) -> dict[str, Any] | None:
+    """OpenCode's ``local`` entry (one ``command`` list) in the others' shape."""
+    command = entry.get("command") if isinstance(entry, dict) else None
+    if not (isinstance(command, list) and command):
+        return None
+    return {"command": command[0], "args": command[1:]}
+
+
 def registrations(home: Path, cwd: Path) -> list[str]:
     """Where the MCP server is registered, and whether its command is still there."""
     name = clients.DEFAULT_NAME
@@ -161,6 +198,11 @@ def registrations(home: Path, cwd: Path) -> list[str]:
          _get(_json(cwd / ".mcp.json"), "mcpServers", name)),
         ("Codex (~/.codex/config.toml)", _get(_toml(home / ".codex" / "config.toml"),
                                               "mcp_servers", name)),
+        ("Gemini CLI (~/.gemini/settings.json)",
+         _get(_json(home / ".gemini" / "settings.json"), "mcpServers", name)),
+        ("OpenCode (~/.config/opencode/opencode.json)",
+         _opencode_entry(_get(_json(home / ".config" / "opencode" / "opencode.json"), "mcp",
+                              name))),
     ]
     lines = []
     for where, entry in found:
@@ -173,5 +215,5 @@ def registrations(home: Path, cwd: Path) -> list[str]:
             command)
         lines.append(f"  {BROKEN} {where}: {tools} tools — its command {command} is gone; "
                      "rerun install-proxy" if missing else f"  {where}: {tools} tools")
-    return lines or ["  none — run: context-paging install-proxy --client claude-code|codex "
-                     "(Pi has no MCP client: its recovery commands are the CLI's)"]
+    return lines or ["  none — run: context-paging install-proxy --client claude-code|codex|"
+                     "gemini|opencode (Pi has no MCP client: its recovery commands are the CLI's)"]

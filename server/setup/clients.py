@@ -1,9 +1,9 @@
 """``context-paging install-config``, ``uninstall-config`` and ``config``: set-up, not serving.
 
 ``install-config`` prints (or, with ``--write``, merges) the stdio entry that starts this server
-in Claude Desktop, Claude Code, Cursor or VS Code. Hosts start servers with a minimal ``PATH``
-(docs/clients.md), so the entry names the console script by its absolute path. The
-shapes, as each client documents them:
+in Claude Desktop, Claude Code, Cursor, VS Code or Gemini CLI. Hosts start servers with a
+minimal ``PATH`` (docs/clients.md), so the entry names the console script by its absolute path.
+The shapes, as each client documents them:
 
 - Claude Desktop: ``claude_desktop_config.json`` → ``{"mcpServers": {name: {command, args}}}``,
   in ``~/Library/Application Support/Claude`` (macOS), ``%APPDATA%\\Claude`` (Windows) or
@@ -13,7 +13,9 @@ shapes, as each client documents them:
   .mcp.json`` for one project);
 - Codex: ``~/.codex/config.toml`` → a ``[mcp_servers.<name>]`` table (``command``, ``args``);
 - Cursor: ``~/.cursor/mcp.json`` (or a project's ``.cursor/mcp.json``) → ``{"mcpServers": …}``;
-- VS Code: the workspace's ``.vscode/mcp.json`` → ``{"servers": {name: {"type": "stdio", …}}}``.
+- VS Code: the workspace's ``.vscode/mcp.json`` → ``{"servers": {name: {"type": "stdio", …}}}``;
+- Gemini CLI: ``~/.gemini/settings.json`` → ``{"mcpServers": {name: {command, args}}}`` (its
+  other settings stay).
 
 ``--write`` never loses what the file already holds: other servers and other keys stay, a file
 that is not a JSON object (or whose servers key is not an object) is refused untouched, the new
@@ -60,6 +62,7 @@ CLIENTS: dict[str, ClientSpec] = {
     "codex": ClientSpec("Codex", "mcp_servers", False, "per user"),
     "cursor": ClientSpec("Cursor", "mcpServers", False, "per user"),
     "vscode": ClientSpec("VS Code", "servers", True, "this workspace"),
+    "gemini": ClientSpec("Gemini CLI", "mcpServers", False, "per user"),
 }
 
 
@@ -86,6 +89,8 @@ def default_path(
         return cwd / ".vscode" / "mcp.json"
     if client == "cursor":
         return home / ".cursor" / "mcp.json"
+    if client == "gemini":
+        return home / ".gemini" / "settings.json"
     if platform == "darwin":
         folder = home / "Library" / "Application Support" / "Claude"
     elif platform == "win32":

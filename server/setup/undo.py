@@ -27,8 +27,10 @@ held by an array names an entry of that array (Claude Code's ``permissions.allow
 taking back removes unless the original array had it. In TOML (edited as text, see
 server/setup/toml_text.py) a path of one name is a line before the first table, and a longer one
 is the line ``last = …`` of the table ``[the.names.before]``; lines set-up did not write, comments
-and appended lines included, are kept. A file with no keys is set-up's own (the user service):
-taking it back gives the original.
+and appended lines included, are kept. In a ``.env`` file (Gemini CLI's) a key of one name is the
+line ``NAME=value`` (``export NAME=value`` too): taking it back puts the original's line for that
+name in its place, or removes it; every other line stays. A file with no keys is set-up's own
+(the user service): taking it back gives the original.
 """
 
 from __future__ import annotations
@@ -204,6 +206,8 @@ def take_back(path: Path, current: str, original: str | None, keys: list[Key]) -
         return original
     if path.suffix == ".toml":
         return _toml_back(current, original, keys)
+    if path.name == ".env" or path.suffix == ".env":
+        return _env_back(current, original, keys)
     return _json_back(current, original, keys)
 
 
@@ -305,3 +309,30 @@ def _table_back(text: str, before: str, name: str, owned: set[str]) -> str:
     if head.endswith("\n\n") or head == "\n":  # the blank line set_table put before it
         head = head[:-1]
     return head + "".join(others) + rest
+
+
+def env_pattern(name: str) -> re.Pattern[str]:
+    """The line of a ``.env`` file that sets ``name``, its line end included."""
+    return re.compile(rf"^[ \t]*(?:export[ \t]+)?{re.escape(name)}[ \t]*=.*(?:\n|$)", re.M)
+
+
+def set_env_line(text: str, name: str, line: str) -> str:
+    """``text`` with ``line`` as the line setting ``name``: in place of the first one, or
+    appended; every other line kept."""
+    found = env_pattern(name).search(text)
+    if found:
+        end = "\n" if found.group(0).endswith("\n") else ""
+        return text[:found.start()] + line + end + text[found.end():]
+    return text + ("" if not text or text.endswith("\n") else "\n") + line + "\n"
+
+
+def _env_back(current: str, original: str | None, keys: list[Key]) -> str | None:
+    text = current
+    for key in keys:
+        pattern = env_pattern(key[-1])
+        before = pattern.search(original or "")
+        if before:
+            text = set_env_line(text, key[-1], before.group(0).rstrip("\n"))
+        else:
+            text = pattern.sub("", text, count=1)
+    return None if original is None and not text.strip() else text

@@ -36,8 +36,8 @@ def _strip(value: Any) -> Any:
 
 def conversation(exchange: Exchange) -> list[str]:
     body = exchange.body or {}
-    items = body.get("messages") if exchange.api == "anthropic" else body.get("input")
-    return [json.dumps(_strip(m), sort_keys=True) for m in items or ()]
+    field = {"anthropic": "messages", "gemini": "contents"}.get(exchange.api or "", "input")
+    return [json.dumps(_strip(m), sort_keys=True) for m in body.get(field) or ()]
 
 
 def has_notice(exchange: Exchange) -> bool:
@@ -128,9 +128,13 @@ def _places(before: list[str], after: list[str], carriers: dict[str, int]) -> li
 
 
 def _call_ids(message: str) -> set[str]:
-    """The tool call ids a message makes or answers (Anthropic and Responses)."""
+    """The tool call ids a message makes or answers (Anthropic, Responses and Gemini)."""
     value = json.loads(message)
     found = {value.get("call_id")} if isinstance(value, dict) else set()
+    for part in value.get("parts") or () if isinstance(value, dict) else ():
+        for key in ("functionCall", "functionResponse"):
+            if isinstance(part, dict) and isinstance(part.get(key), dict):
+                found.add(part[key].get("id"))
     content = value.get("content") if isinstance(value, dict) else None
     for block in content if isinstance(content, list) else ():
         if isinstance(block, dict):
@@ -142,11 +146,13 @@ def _call_ids(message: str) -> set[str]:
 def _without_notice(message: str) -> str:
     """A message without the notice and the pinned context that travels with it."""
     value = json.loads(message)
-    content = value.get("content") if isinstance(value, dict) else None
-    if isinstance(content, list):
-        value["content"] = [b for b in content if not (
-            isinstance(b, dict) and isinstance(b.get("text"), str)
-            and (HEADER in b["text"] or b["text"].lstrip().startswith("<system-reminder>")))]
+    for key in ("content", "parts"):  # Gemini's pinned context is its <session_context>
+        content = value.get(key) if isinstance(value, dict) else None
+        if isinstance(content, list):
+            value[key] = [b for b in content if not (
+                isinstance(b, dict) and isinstance(b.get("text"), str)
+                and (HEADER in b["text"] or b["text"].lstrip().startswith(
+                    ("<system-reminder>", "<session_context>"))))]
     return json.dumps(value, sort_keys=True)
 
 
@@ -158,6 +164,14 @@ def resident(exchange: Exchange) -> dict[str, set[str]]:
     top-level ``tools`` are the agent's own, forwarded as received: Claude Code drops its
     ``WaitForMcpServers`` tool once its MCP servers are up."""
     body = exchange.body or {}
+    if exchange.api == "gemini":
+        instruction = body.get("systemInstruction")
+        texts = {p.get("text") for p in (instruction or {}).get("parts") or ()
+                 if isinstance(p, dict)} if isinstance(instruction, dict) else set()
+        for turn in body.get("contents") or ():
+            texts |= {p.get("text") for p in turn.get("parts") or () if isinstance(p, dict)
+                      and str(p.get("text", "")).lstrip().startswith("<session_context>")}
+        return {"tools": set(), "instructions": {t for t in texts if t}}
     if exchange.api == "anthropic":
         system = body.get("system")
         texts = {b.get("text", "") for b in system if isinstance(b, dict)} \

@@ -3,9 +3,10 @@
     python tests/e2e/install_agents.py [--cache DIR]
 
 The cache (default ``~/.cache/context-paging/agents``, or ``$CONTEXT_PAGING_AGENTS``) is an npm
-prefix: ``node_modules/.bin/{claude,codex,pi}``. A cache that already holds exactly the pinned
-versions is left alone and npm is not called; otherwise the missing or wrong ones are installed
-at their exact versions. Standard library only, so CI can run it before anything else.
+prefix: ``node_modules/.bin/{claude,codex,pi,gemini,opencode}``. A cache that already holds
+exactly the pinned versions is left alone and npm is not called; otherwise the missing or wrong
+ones are installed at their exact versions. Standard library only, so CI can run it before
+anything else.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ PINS = {
     "@anthropic-ai/claude-code": "2.1.197",
     "@openai/codex": "0.171.0",
     "@mariozechner/pi-coding-agent": "0.73.1",
+    "@google/gemini-cli": "0.61.0",
+    "opencode-ai": "1.18.33",
 }
 CACHE_ENV = "CONTEXT_PAGING_AGENTS"
 

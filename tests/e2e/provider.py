@@ -1,5 +1,5 @@
-"""The validating fake provider: Anthropic Messages and OpenAI Responses, streamed or not, on
-127.0.0.1, driving the scripted task (tests/e2e/task.py).
+"""The validating fake provider: Anthropic Messages, OpenAI Responses and Gemini
+generateContent, streamed or not, on 127.0.0.1, driving the scripted task (tests/e2e/task.py).
 
 Every request is recorded with its verdict. An invalid one is answered 400 with the reasons, as
 the real APIs answer, so an agent that gets one stops and the run shows it. A valid task
@@ -8,7 +8,9 @@ also gets the ``reasoning`` item that comes with each call); after the last step
 answer. A task request without a shell tool gets a plain answer saying so and is marked: the
 model would have lost its tools. Requests outside the task (titles, probes) get a short text.
 WebSocket upgrades are refused, so Codex falls back to HTTPS as it does with any provider that
-has none.
+has none. Gemini calls carry a thought signature made from the call, which every later request
+must send back on that call's part (tests/e2e/validate.py); Gemini CLI's routing call (JSON
+mode, no tools) gets the score it asks for.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.fake_provider import (
     Reply,
     anthropic_message,
     anthropic_stream,
+    gemini_reply,
     received,
     responses_items_body,
     responses_items_stream,
@@ -39,7 +42,7 @@ class Exchange:
 
     number: int
     request: Recorded
-    api: str | None  # "anthropic" | "responses" | None (another path)
+    api: str | None  # "anthropic" | "responses" | "gemini" | None (another path)
     problems: tuple[str, ...]
     in_task: bool
     done_steps: int
@@ -58,6 +61,8 @@ def _api(method: str, path: str) -> str | None:
         return "anthropic"
     if path.endswith("/responses"):
         return "responses"
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return "gemini"
     return None
 
 
@@ -101,10 +106,10 @@ class ScriptedProvider:
         except validate.Invalid as exc:
             self._record(number, request, api, (str(exc),), "invalid", None, in_task)
             return _refusal(api, [str(exc)])
-        if in_task and _wants_json(body):  # Claude Code's session-title call
+        if in_task and (_wants_json(body) or _title_call(body)):  # a title or routing call
             in_task = False
-        check = validate.anthropic_problems if api == "anthropic" else \
-            validate.responses_problems
+        check = {"anthropic": validate.anthropic_problems, "gemini": validate.gemini_problems,
+                 "responses": validate.responses_problems}[api]
         problems = tuple(check(body))
         done = task.done_steps(body) if in_task else 0
         if problems:
@@ -112,10 +117,11 @@ class ScriptedProvider:
             return _refusal(api, list(problems))
         if (in_task and self.recover and _wants_recovery(api, body, request.body)
                 and not any(e.answer == "recover" for e in self.exchanges)):
-            reply, answer = _recovery_call(api, body, number), "recover"
+            reply, answer = _recovery_call(api, body, number, request.path), "recover"
         else:
-            reply, answer = (_task_reply(api, body, done, number) if in_task
-                             else (_text(api, body, _side_text(body), number), "text"))
+            reply, answer = (_task_reply(api, body, done, number, request.path) if in_task
+                             else (_text(api, body, _side_text(body), number, request.path),
+                                   "text"))
         self._record(number, request, api, (), answer, body, in_task, done)
         return reply
 
@@ -134,6 +140,7 @@ class ScriptedProvider:
 
 
 RECOVERY_TOOL = "search_history"
+OFFERED = ("search_history", "read_context_output", "recall")  # the proxy's in-band tools
 NOTICE_BYTES = json.dumps(HEADER)[1:-1].encode()
 
 
@@ -142,7 +149,12 @@ def _wants_recovery(api: str, body: dict[str, Any], raw: bytes) -> bool:
     called it yet in this conversation."""
     if NOTICE_BYTES not in raw and HEADER.encode() not in raw:
         return False
-    if api == "anthropic":
+    if api == "gemini":
+        names = validate.gemini_tool_names(body)
+        called = any(isinstance(p, dict) and (p.get("functionCall") or {}).get("name")
+                     == RECOVERY_TOOL for c in body.get("contents") or ()
+                     for p in (c.get("parts") or () if isinstance(c, dict) else ()))
+    elif api == "anthropic":
         names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         called = any(isinstance(b, dict) and b.get("type") == "tool_use"
                      and b.get("name") == RECOVERY_TOOL
@@ -155,8 +167,13 @@ def _wants_recovery(api: str, body: dict[str, Any], raw: bytes) -> bool:
     return RECOVERY_TOOL in names and not called
 
 
-def _recovery_call(api: str, body: dict[str, Any], number: int) -> Reply:
+def _recovery_call(api: str, body: dict[str, Any], number: int, path: str = "") -> Reply:
     query = task.evicted_markers(1)[0]
+    if api == "gemini":
+        call = {"name": RECOVERY_TOOL, "args": {"query": query}}
+        return _gemini(body, [{"text": "Step 1 left my window; looking it up."},
+                              {"functionCall": call,
+                               "thoughtSignature": validate.thought_signature(call)}], path)
     if api == "anthropic":
         return _anthropic(body, [
             {"type": "text", "text": "Step 1 left my window; looking it up."},
@@ -171,10 +188,25 @@ def _recovery_call(api: str, body: dict[str, Any], number: int) -> Reply:
 def _wants_json(body: dict[str, Any]) -> bool:
     config = body.get("output_config")
     form = config.get("format") if isinstance(config, dict) else None
-    return isinstance(form, dict) and form.get("type") == "json_schema"
+    generation = body.get("generationConfig")
+    return (isinstance(form, dict) and form.get("type") == "json_schema") or (
+        isinstance(generation, dict) and "responseJsonSchema" in generation)
+
+
+def _title_call(body: dict[str, Any]) -> bool:
+    """OpenCode's title request: its system prompt (or instructions) makes it a title
+    generator, with no tools of its own (the proxy may have offered its recovery tools)."""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    prompt = json.dumps([body.get("system"), body.get("instructions"), items[:1]])[:600]
+    names = validate.tool_names(body) | {t.get("name") for t in body.get("tools") or ()
+                                         if isinstance(t, dict)}
+    return not names - set(OFFERED) - {None} and "title generator" in prompt
 
 
 def _side_text(body: dict[str, Any]) -> str:
+    generation = body.get("generationConfig")
+    if isinstance(generation, dict) and "responseJsonSchema" in generation:
+        return json.dumps({"complexity_reasoning": "a scripted task", "complexity_score": 10})
     return json.dumps({"title": "Scripted end-to-end task"}) if _wants_json(body) else "ok"
 
 
@@ -182,10 +214,18 @@ def _tokens(body: dict[str, Any]) -> int:
     return len(json.dumps(body)) // 4
 
 
-def _task_reply(api: str, body: dict[str, Any], done: int, number: int) -> tuple[Reply, str]:
+def _task_reply(api: str, body: dict[str, Any], done: int, number: int,
+                path: str = "") -> tuple[Reply, str]:
     if done >= task.STEPS:
-        return _text(api, body, task.final_answer(), number), "final"
+        return _text(api, body, task.final_answer(), number, path), "final"
     cmd = task.command(done + 1)
+    if api == "gemini":
+        call = task.gemini_call(validate.gemini_tool_names(body), cmd)
+        if call is None:
+            return _text(api, body, "There is no shell tool in this request.", number, path), \
+                "no-tools"
+        part = {"functionCall": call, "thoughtSignature": validate.thought_signature(call)}
+        return _gemini(body, [{"text": f"Running {cmd}."}, part], path), "call"
     if api == "anthropic":
         names = {t.get("name") for t in body.get("tools") or () if isinstance(t, dict)}
         call = task.anthropic_call(names, cmd)
@@ -206,7 +246,9 @@ def _task_reply(api: str, body: dict[str, Any], done: int, number: int) -> tuple
     return _responses(body, [reasoning, item], number), "call"
 
 
-def _text(api: str, body: dict[str, Any], text: str, number: int) -> Reply:
+def _text(api: str, body: dict[str, Any], text: str, number: int, path: str = "") -> Reply:
+    if api == "gemini":
+        return _gemini(body, [{"text": text}], path)
     if api == "anthropic":
         return _anthropic(body, [{"type": "text", "text": text}], "end_turn", number)
     message = {"type": "message", "id": f"msg_e2e{number:04d}", "role": "assistant",
@@ -231,8 +273,15 @@ def _responses(body: dict[str, Any], items: list[dict[str, Any]], number: int) -
     return responses_items_body(items, _tokens(body), response_id)
 
 
+def _gemini(body: dict[str, Any], parts: list[dict[str, Any]], path: str) -> Reply:
+    return gemini_reply(parts, _tokens(body), stream=path.endswith(":streamGenerateContent"))
+
+
 def _refusal(api: str, problems: list[str]) -> Reply:
     message = "; ".join(problems)
+    if api == "gemini":
+        error = {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+        return Reply(400, chunks=(json.dumps(error).encode(),))
     if api == "anthropic":
         error = {"type": "error", "error": {"type": "invalid_request_error", "message": message},
                  "request_id": "req_e2e_invalid"}

@@ -89,7 +89,9 @@ def run_agent(agent: agents.Agent, route: str, root: Path, recover: bool = False
 
 def _call(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+        # OpenCode takes its working folder from PWD, which a shell would have set
+        return subprocess.run(argv, env={**env, "PWD": str(cwd)}, cwd=cwd,
+                              capture_output=True, text=True,
                               timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(argv, -9, _text(exc.stdout), _text(exc.stderr)
@@ -103,8 +105,8 @@ def _text(value: bytes | str | None) -> str:
 
 
 def _through_run(agent: agents.Agent, url: str) -> list[str]:
-    return [*CLI, "run", "--upstream-anthropic", url, "--upstream-openai", url, "--",
-            *agent.argv()]
+    return [*CLI, "run", "--upstream-anthropic", url, "--upstream-openai", url,
+            "--upstream-gemini", url, "--", *agent.argv()]
 
 
 def free_port() -> int:
@@ -113,7 +115,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-INSTALL_CLIENT = {"claude": "claude-code", "codex": "codex", "pi": "pi"}
+INSTALL_CLIENT = {"claude": "claude-code", "codex": "codex", "pi": "pi", "gemini": "gemini",
+                  "opencode": "opencode"}
 
 
 def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: Path,
@@ -125,7 +128,8 @@ def _through_install(agent: agents.Agent, url: str, env: dict[str, str], home: P
     if installed.returncode != 0:
         return installed
     proxy = subprocess.Popen([*CLI, "proxy", "--port", str(port), "--upstream-anthropic", url,
-                              "--upstream-openai", url], env=env, cwd=work,
+                              "--upstream-openai", url, "--upstream-gemini", url], env=env,
+                             cwd=work,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines, pump = _lines(proxy)
     try:
@@ -214,13 +218,16 @@ def search_cli(run: Run, query: str) -> subprocess.CompletedProcess:
 
 
 def ledger_files(run: Run) -> list[Path]:
-    """The data home's ledger conversations that hold the task prompt as a message of its own
-    (a title request quotes it inside other text, and is a conversation of its own)."""
+    """The data home's ledger conversations that hold the task prompt as a block of its own
+    (OpenCode sends it in quotes) and the first step's output (a title request quotes the
+    prompt, and is a conversation of its own, but never holds an output)."""
     folder = run.data / "ledger"
     if not folder.is_dir():
         return []
+    prompts = (json.dumps(task.PROMPT), json.dumps(f'"{task.PROMPT}"'))
     return sorted(p for p in folder.glob("*.jsonl")
-                  if json.dumps(task.PROMPT) in p.read_text(errors="replace"))
+                  if any(prompt in (text := p.read_text(errors="replace")) for prompt in prompts)
+                  and "E2E STEP 01" in text)
 
 
 def environment_for(run: Run) -> dict[str, str]:

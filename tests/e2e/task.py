@@ -62,6 +62,10 @@ def _outputs_text(body: dict[str, Any]) -> list[str]:
     for item in body.get("input") if isinstance(body.get("input"), list) else ():
         if isinstance(item, dict) and str(item.get("type", "")).endswith("_output"):
             texts.append(json.dumps(item.get("output")))
+    for content in body.get("contents") if isinstance(body.get("contents"), list) else ():
+        for part in content.get("parts") or () if isinstance(content, dict) else ():
+            if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict):
+                texts.append(json.dumps(part["functionResponse"].get("response")))
     return texts
 
 
@@ -85,8 +89,15 @@ def in_conversation(raw: bytes) -> bool:
 def anthropic_call(tool_names: set[str], cmd: str) -> tuple[str, dict[str, Any]] | None:
     if "Bash" in tool_names:  # Claude Code
         return "Bash", {"command": cmd, "description": "Print the next step file"}
-    if "bash" in tool_names:  # Pi
+    if "bash" in tool_names:  # Pi, OpenCode
         return "bash", {"command": cmd}
+    return None
+
+
+def gemini_call(tool_names: set[str], cmd: str) -> dict[str, Any] | None:
+    """A ``functionCall`` for Gemini CLI's shell tool (the CLI gives it its id)."""
+    if "run_shell_command" in tool_names:
+        return {"name": "run_shell_command", "args": {"command": cmd}}
     return None
 
 

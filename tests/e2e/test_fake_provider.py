@@ -7,6 +7,7 @@ import json
 import stat
 
 import anthropic
+import httpx2 as httpx
 import openai
 import pytest
 
@@ -224,6 +225,82 @@ def test_a_task_request_without_a_shell_tool_is_answered_and_marked_as_lost_tool
     assert [e.answer for e in provider.exchanges] == ["no-tools"]
     assert checks.lost_resident(provider.task_exchanges()) == {
         1: ["request 1 came with no shell tool the model could call"]}
+
+
+# --- Gemini rules ------------------------------------------------------------------------------
+
+
+def gemini_call(command, call_id="run_shell_command_1_0", signed=True):
+    made = {"name": "run_shell_command", "args": {"command": command}}
+    part = {"functionCall": {**made, "id": call_id}}
+    if signed:
+        part["thoughtSignature"] = validate.thought_signature(made)
+    return {"role": "model", "parts": [part]}
+
+
+def gemini_answer(output, call_id="run_shell_command_1_0"):
+    return {"role": "user", "parts": [{"functionResponse": {
+        "id": call_id, "name": "run_shell_command", "response": {"output": output}}}]}
+
+
+def gemini_body(contents):
+    return {"contents": contents, "tools": [{"functionDeclarations": [
+        {"name": "run_shell_command", "parametersJsonSchema": {"type": "object"}}]}]}
+
+
+def test_a_signed_gemini_call_answered_in_the_next_turn_is_accepted():
+    contents = [{"role": "user", "parts": [{"text": "<session_context>"}, {"text": "go"}]},
+                {"role": "user", "parts": [{"text": "and more"}]},
+                gemini_call("ls"), gemini_answer("a b")]
+    assert validate.gemini_problems(gemini_body(contents)) == []
+
+
+def test_a_gemini_call_without_its_signature_or_answer_is_refused():
+    contents = [{"role": "user", "parts": [{"text": "go"}]}, gemini_call("ls", signed=False),
+                {"role": "user", "parts": [{"text": "no answer"}]}]
+    assert validate.gemini_problems(gemini_body(contents)) == [
+        "contents.1.parts.0: functionCall without the thought signature it was made with",
+        "contents.1: 1 function calls, answered by 0 responses in the next turn (ids and "
+        "names must match, in order)"]
+
+
+def test_gemini_responses_without_calls_two_model_turns_and_mixed_parts_are_refused():
+    contents = [{"role": "user", "parts": [{"text": "go", "inlineData": {}}]},
+                {"role": "model", "parts": [{"text": "a"}]},
+                {"role": "model", "parts": [{"text": "b"}]}, gemini_answer("lost")]
+    assert validate.gemini_problems(gemini_body(contents)) == [
+        "contents.0.parts.0: a part holds exactly one of text, inlineData, fileData, "
+        "functionCall, functionResponse, executableCode, codeExecutionResult (found "
+        "['text', 'inlineData'])",
+        "contents.2: two model turns in a row",
+        "contents.3: function responses with no function call in the turn before"]
+
+
+def test_the_provider_streams_gemini_a_signed_call_then_the_answer():
+    provider = ScriptedProvider()
+    path = "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
+    first = [{"role": "user", "parts": [{"text": task.PROMPT}]}]
+    with Served(provider) as fake:
+        with httpx.Client(base_url=fake.url) as client:
+            reply = client.post(path, json=gemini_body(first))
+            events = [json.loads(line[5:]) for line in reply.text.splitlines()
+                      if line.startswith("data:")]
+            parts = events[0]["candidates"][0]["content"]["parts"]
+            made = parts[-1]
+            assert made["functionCall"] == {"name": "run_shell_command",
+                                            "args": {"command": "cat step-01.txt"}}
+            assert made["thoughtSignature"] == validate.thought_signature(made["functionCall"])
+            assert events[-1]["usageMetadata"]["promptTokenCount"] > 0
+            unsigned = [*first, gemini_call("cat step-01.txt", signed=False),
+                        gemini_answer(task.step_file(task.STEPS))]
+            refused = client.post(path, json=gemini_body(unsigned))
+            signed = [*first, gemini_call("cat step-01.txt"),
+                      gemini_answer(task.step_file(task.STEPS))]
+            last = client.post(path, json=gemini_body(signed))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert task.final_answer() in last.text
+    assert [e.answer for e in provider.exchanges] == ["call", "invalid", "final"]
 
 
 # --- cache breaks and the standing input --------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Claude Code, Codex and Pi, unmodified and non-interactive, on the scripted 18-step shell
-task: first straight against the validating fake provider, then through ``context-paging run``
-and through ``install-proxy --write`` with a ``context-paging proxy``, at a budget that makes
-paging happen mid-run. Every rule a run breaks is listed in its one failure message."""
+"""Claude Code, Codex, Pi, Gemini CLI and OpenCode, unmodified and non-interactive, on the
+scripted 18-step shell task: first straight against the validating fake provider, then through
+``context-paging run`` and through ``install-proxy --write`` with a ``context-paging proxy``, at
+a budget that makes paging happen mid-run. Every rule a run breaks is listed in its one failure
+message."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def test_each_agent_finishes_the_task_paged_through_the_proxy_losing_nothing(
         pytest.fail(_failures(outcome, run), pytrace=False)
 
 
-# Pi has no MCP client; Claude Code and Codex run through ``context-paging run``, which
-# registers no MCP server: the proxy offers the recovery tools itself and answers them.
+# Pi has no MCP client; Claude Code, Codex, Gemini CLI and OpenCode run through ``context-paging
+# run``, which registers no MCP server: the proxy offers the recovery tools itself and answers
+# them.
 WITHOUT_MCP = [a for a in AGENTS if a.model is None]
 
 

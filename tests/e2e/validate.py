@@ -350,3 +350,99 @@ def _responses_tools(body: dict[str, Any], items: list[Any]) -> list[str]:
             problems.append(f"input.{index}: {item['type']} of {name!r}, but no tool of that "
                             "name is defined (tools or additional_tools)")
     return problems
+
+
+# --- Gemini generateContent ---------------------------------------------------------------------
+
+_PART_DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse",
+              "executableCode", "codeExecutionResult")
+
+
+def thought_signature(call: dict[str, Any]) -> str:
+    """The signature the fake gives a function call it makes, from the call itself, so a later
+    request can be checked without any state: a call sent back must carry exactly this one."""
+    import base64
+    import hashlib
+
+    seed = json.dumps([call.get("name"), call.get("args")], sort_keys=True).encode()
+    return base64.b64encode(b"e2e-signature:" + hashlib.sha1(seed).digest()).decode()
+
+
+def gemini_tool_names(body: dict[str, Any]) -> set[str]:
+    tools = body.get("tools")
+    return {d.get("name") for tool in tools if isinstance(tool, dict)
+            for d in tool.get("functionDeclarations") or () if isinstance(d, dict)} \
+        if isinstance(tools, list) else set()
+
+
+def gemini_problems(body: dict[str, Any]) -> list[str]:
+    """Every rule of ``generateContent`` the body breaks: non-empty ``contents`` of ``user`` and
+    ``model`` turns with non-empty parts of one kind each; no two model turns in a row (user
+    turns may follow each other: Gemini CLI sends them so); every model turn's function calls
+    answered, one response each, in the very next turn and nowhere else; the calls' tools
+    declared; and each call the fake made sent back with its thought signature on its part."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        return ["contents: a non-empty list of turns is required"]
+    problems: list[str] = []
+    names = gemini_tool_names(body)
+    for index, turn in enumerate(contents):
+        where = f"contents.{index}"
+        if not isinstance(turn, dict) or turn.get("role") not in ("user", "model"):
+            problems.append(f"{where}: a turn needs role user or model")
+            continue
+        parts = turn.get("parts")
+        if not isinstance(parts, list) or not parts:
+            problems.append(f"{where}.parts: must be a non-empty list")
+            continue
+        if index and turn["role"] == "model" and _role(contents[index - 1]) == "model":
+            problems.append(f"{where}: two model turns in a row")
+        for k, part in enumerate(parts):
+            kinds = [key for key in _PART_DATA if isinstance(part, dict) and key in part]
+            if len(kinds) != 1:
+                problems.append(f"{where}.parts.{k}: a part holds exactly one of "
+                                f"{', '.join(_PART_DATA)} (found {kinds or 'none'})")
+                continue
+            call = part.get("functionCall")
+            if isinstance(call, dict):
+                if turn["role"] != "model":
+                    problems.append(f"{where}.parts.{k}: functionCall outside a model turn")
+                if names and call.get("name") not in names:
+                    problems.append(f"{where}.parts.{k}: functionCall of {call.get('name')!r}, "
+                                    "a function not declared in tools")
+                if part.get("thoughtSignature") != thought_signature(call):
+                    problems.append(f"{where}.parts.{k}: functionCall without the thought "
+                                    "signature it was made with")
+            if "functionResponse" in part and turn["role"] != "user":
+                problems.append(f"{where}.parts.{k}: functionResponse outside a user turn")
+        problems += _gemini_pairing(contents, index)
+    return problems
+
+
+def _role(turn: Any) -> Any:
+    return turn.get("role") if isinstance(turn, dict) else None
+
+
+def _function_parts(turn: Any, key: str) -> list[dict[str, Any]]:
+    parts = turn.get("parts") if isinstance(turn, dict) else None
+    return [p[key] for p in parts or () if isinstance(p, dict) and isinstance(p.get(key), dict)]
+
+
+def _gemini_pairing(contents: list[Any], index: int) -> list[str]:
+    calls = _function_parts(contents[index], "functionCall")
+    answers = _function_parts(contents[index], "functionResponse")
+    problems = []
+    if calls:
+        following = _function_parts(contents[index + 1], "functionResponse") \
+            if index + 1 < len(contents) else []
+        if [(c.get("id"), c.get("name")) for c in calls] != \
+                [(r.get("id"), r.get("name")) for r in following]:
+            problems.append(f"contents.{index}: {len(calls)} function calls, answered by "
+                            f"{len(following)} responses in the next turn (ids and names must "
+                            "match, in order)")
+    if answers:
+        before = _function_parts(contents[index - 1], "functionCall") if index else []
+        if not before:
+            problems.append(f"contents.{index}: function responses with no function call in "
+                            "the turn before")
+    return problems
