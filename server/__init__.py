@@ -12,7 +12,9 @@ The modules directly in this folder are what every road shares: the settings (``
 (``tokens``), error wording (``errors``), spare-time work (``idle``), the collector (``heap``),
 the proxy's fixed addresses (``endpoints``), the progress line (``progress``), the limits of
 every number a command or tool takes (``bounds``), tables fitted to the terminal (``table``),
-and the entry point ``cli``, which builds the parser and hands each command to its road.
+the per-request chart of the live view and the replay report (``chart``), and the entry point
+``cli``, which builds the parser and hands each command to its road (``statusline``, which
+Claude Code runs often, is answered before the parser is built).
 
 Imports (docs/architecture.md, "Who may import whom"): a shared module imports no road; a road
 imports the shared modules, ``index`` and ``paging``, and of the other roads only those its
