@@ -109,3 +109,17 @@ def test_the_decision_is_kept_in_the_home_as_one_small_file(home):
         assert json.loads(files[0].read_text()) == {"offered": True, "notice": "inband"}
     finally:
         s.close()
+
+
+def test_an_agent_tool_of_an_offered_name_wins_even_after_the_offer_was_kept(home):
+    own = [*TOOLS, {"name": "recall", "description": "the agent's own",
+                    "input_schema": {"type": "object"}}]
+    s = Stack(home, mode="auto")
+    try:
+        converse(s, [TOOLS] * 10, restart_at=None)
+        s.restart()
+        converse(s, [TOOLS] * 10 + [own])
+        names = [t["name"] for t in s.upstream_bodies()[-1].value["tools"]]
+        assert names.count("recall") == 1 and "search_history" not in names
+    finally:
+        s.close()

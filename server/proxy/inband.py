@@ -358,10 +358,13 @@ class InBand:
         a restarted proxy goes on offering what the notice names. Before that, agent recovery
         tools that show up late (Codex lists its MCP servers after its first tool output; an
         MCP client may connect late) withdraw the offer, once, while nothing has left the
-        window yet."""
+        window yet. An agent tool of an offered tool's name withdraws it at any time (a request
+        may not define a name twice)."""
         decided = self._decision(session)
+        clash = tool_names(api, value) & set(OFFERED)
+        if decided is not None and decided.offered and clash:
+            decided = None  # the agent's own tool of the same name wins, even once fixed
         if decided is None:
-            clash = tool_names(api, value) & set(OFFERED)
             offer = (self.mode != "never" and not clash
                      and (self.mode == "always" or not has_tools
                           or bool(self.store.records(session))))
