@@ -2,10 +2,11 @@
 
 A ledger session leaves six kinds of trace: its ledger file, its selection state (and a damaged
 copy set aside), the proxy's tally and request series (and ``proxy/last.json`` when it names
-the session), the recovery exchanges the proxy answered in band (``inband/<session>.jsonl``),
-and its items in the search index. :func:`forget` removes all of them; :func:`expired` names
-the ledger sessions whose file was last written more than ``[ledger] keep_days`` days ago. The
-agents' own session files are never touched: they are the agents' to delete (docs/security.md).
+the session), the recovery exchanges the proxy answered in band (``inband/<session>.jsonl``,
+and the proxy's decision for the conversation, ``inband/<session>.json``), and its items in the
+search index. :func:`forget` removes all of them; :func:`expired` names the ledger sessions
+whose file was last written more than ``[ledger] keep_days`` days ago. The agents' own session
+files are never touched: they are the agents' to delete (docs/security.md).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Forgotten:
 def _files(home: Path, name: str) -> list[Path]:
     return [home / "ledger" / f"{name}.jsonl", home / "state" / f"{name}.json",
             home / "state" / f"{name}.json.broken", proxy_directory(home) / f"{name}.json",
-            home / "inband" / f"{name}.jsonl", proxy_directory(home) / f"{name}{SERIES}"]
+            home / "inband" / f"{name}.jsonl", home / "inband" / f"{name}.json",
+            proxy_directory(home) / f"{name}{SERIES}"]
 
 
 def forget(home: Path, ref: str, forget_indexed: Callable[[str], int] | None) -> Forgotten:

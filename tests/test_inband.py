@@ -199,9 +199,11 @@ def test_a_streamed_call_is_answered_in_band_and_the_agent_reads_one_reply(stack
     assert any("1 recovery call in band, 1 returned something" in line for line in lines)
     # forgetting the conversation deletes its hidden exchanges too
     hidden_file = stack.home / "inband" / f"{ledger[7:]}.jsonl"
+    decision = hidden_file.with_suffix(".json")  # the offer and the notice's wording
     assert hidden_file.stat().st_mode & 0o777 == 0o600
+    assert decision.stat().st_mode & 0o777 == 0o600
     forget(stack.home, ledger, None)
-    assert not hidden_file.exists()
+    assert not hidden_file.exists() and not decision.exists()
 
 
 def test_a_json_reply_is_merged_with_its_continuation(stack):

@@ -103,8 +103,9 @@ class Proxy:
                  paging: bool = True, max_body: int = MAX_BODY,
                  recovery: inband.InBand | None = None) -> None:
         self.select = select
-        # the recovery tools offered and answered in band (server/proxy/inband.py), or None
-        self.inband = recovery
+        # the recovery tools offered and answered in band (server/proxy/inband.py); without
+        # them, nothing is offered and each conversation's notice is still worded once
+        self.inband = recovery if recovery is not None else inband.InBand(None, None, "never")
         self.upstreams = upstreams
         self.log = proxy_log
         self.paging = paging
@@ -231,10 +232,8 @@ class Proxy:
         system = value.get("system") if api is wire.ANTHROPIC else value.get("instructions")
         tools = value.get("tools") if isinstance(value.get("tools"), list) else None
         recovery = self._recovery_tools(session, api, body)
-        offered = (self.inband is not None
-                   and self.inband.offers(session, api, value, recovery))
-        if self.inband is not None:  # the hidden exchanges back in place
-            conversation = self.inband.expand(session, api, received)
+        offered = self.inband.offers(session, api, value, recovery)
+        conversation = self.inband.expand(session, api, received)  # hidden exchanges in place
         if offered:  # the offered tools count as resident input
             tools = [*(tools or ()), *inband.offered_values(api.name)]
         model = value.get("model") if isinstance(value.get("model"), str) else None
@@ -266,23 +265,25 @@ class Proxy:
         if pinned and _holds(window, pinned[0]):
             pinned = []  # the first message is still in the window, context and all
         notice = reply.get("notice")
-        if notice and self.inband is not None:
-            self.inband.paged(session)
+        # worded once per conversation, at its first notice (docs/proxy.md, "The notice's
+        # wording"): tools that show up or go away later never re-word a cached notice
+        wording = self.inband.worded(session, offered, recovery) if notice else None
         text = notice
-        if notice and offered:  # the tools the proxy answers, for this conversation
+        if wording == "inband":  # the tools the proxy answers, for this conversation
             text = inband_notice(notice)
-        elif notice and not recovery:  # Pi, or no MCP server
+        elif wording == "shell":  # Pi, or no MCP server
             text = shell_notice(notice, f"ledger:{session}", shell_command())
         named = None  # the notice as the model reads it (the live view shows it)
         if notice:  # the proxy's own tools need no session; the MCP server's and the CLI's do
-            named = text if offered else f"{text}\nSession for those tools: \"ledger:{session}\"."
+            named = (text if wording == "inband"
+                     else f"{text}\nSession for those tools: \"ledger:{session}\".")
         spliced = None if unchanged else _name_session(window, notice, named, pinned)
         if spliced is not None and turns is not None:
             spliced = turns.back(spliced)
         out, bracket = wire.splice_at(
             body, api.field, spliced, inband.offered_bytes(api.name) if offered else b"")
         turn = None
-        if offered and self.inband is not None:
+        if offered:
             turn = answer.Turn(self.inband, session, api, out, bracket, len(received),
                                inband.anchor(received[-1]) if received else "",
                                inband.tool_names(api, value))

@@ -18,6 +18,11 @@ conversation, from its first paged request on (docs/proxy.md, "Recovery in band"
   ``CONTEXT_PAGING_HOME/inband/<session>.jsonl`` and put back in place in every later request
   (:func:`expand`) before the window is made: the ledger stores it with its turn, it leaves the
   window with that turn, the recovery tools find it, and a restarted proxy reads it back.
+- **Word the notice once**: the notice of a conversation names the tools offered in band, the
+  agent's own recovery tools, or the CLI's commands; which, is decided at its first paged request
+  (:meth:`InBand.worded`) and kept, with the offer, in ``CONTEXT_PAGING_HOME/inband/<session>.json``
+  (:class:`Decision`): the agent's MCP tools showing up or going away later, or a restarted
+  proxy, never re-word a notice the provider has cached (docs/proxy.md, "The notice's wording").
 
 A record: ``at`` (the index of the agent's assistant message the exchange belongs to),
 ``anchor`` (a digest of the message before it, without ``cache_control`` markers), ``rounds``
@@ -41,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from context_paging.index.overwrite import overwrite
 from context_paging.index.private import FILE_MODE, private_directory
 from context_paging.server.errors import failure
 from context_paging.server.proxy import wire
@@ -50,6 +56,7 @@ log = logging.getLogger("context_paging")
 OFFERED = ("search_history", "read_context_output", "recall")
 DEFINITIONS = Path(__file__).resolve().parents[1] / "data" / "recovery-tools.json"
 MODES = ("auto", "always", "never")
+WORDINGS = ("inband", "tools", "shell")  # the notice names: the offered tools, the agent's, the CLI
 MAX_RESULT_CHARS = 24_000  # one tool result at most (load_history's cap)
 KEPT = 512  # conversations whose decision and records stay in memory
 
@@ -149,6 +156,26 @@ class Hidden:
                             for r in value["rounds"]), bool(value.get("merged")))
 
 
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """A conversation's recovery: whether the tools are offered in band, whether that no longer
+    changes, and the notice's wording (one of :data:`WORDINGS`; None until its first notice)."""
+
+    offered: bool
+    fixed: bool = False
+    notice: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offered": self.offered, "notice": self.notice}
+
+    @staticmethod
+    def from_dict(value: Mapping[str, Any]) -> Decision:
+        offered, notice = value["offered"], value["notice"]
+        if not isinstance(offered, bool) or notice not in (None, *WORDINGS):
+            raise ValueError(f"not a decision: {value!r}")
+        return Decision(offered, True, notice)
+
+
 class Store:
     """Per conversation, its hidden exchanges: in memory, and one JSON line each on disk."""
 
@@ -185,9 +212,28 @@ class Store:
         finally:
             os.close(fd)
 
-    def _path(self, session: str) -> Path:
+    def _path(self, session: str, suffix: str = ".jsonl") -> Path:
         assert self.directory is not None
-        return self.directory / f"{session}.jsonl"  # a ledger session id: a file-safe name
+        return self.directory / f"{session}{suffix}"  # a ledger session id: a file-safe name
+
+    def decision(self, session: str) -> Decision | None:
+        """The conversation's kept decision, or None (none kept, or a file it cannot read)."""
+        if self.directory is None:
+            return None
+        try:
+            value = json.loads(self._path(session, ".json").read_text(encoding="utf-8"))
+            return Decision.from_dict(value)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("proxy: in-band decision of %s not read: %s", session, exc)
+            return None
+
+    def keep(self, session: str, decision: Decision) -> None:
+        if self.directory is None:
+            return
+        private_directory(self.directory)
+        overwrite(self._path(session, ".json"), wire.dumps(decision.to_dict()).encode())
 
     def _read(self, session: str) -> list[Hidden]:
         if self.directory is None:
@@ -353,7 +399,9 @@ PLACES = {"anthropic": _anthropic_place, "responses": _responses_place, "chat": 
 
 class InBand:
     """The in-band recovery of one proxy: the setting, the History the calls run against,
-    each conversation's decision (made at its first request, then kept) and records."""
+    each conversation's decision (made at its first request, then kept) and records.
+    ``history`` None with ``mode`` ``never``: a proxy that offers nothing still words each
+    conversation's notice once (:meth:`worded`)."""
 
     def __init__(self, history: Any, home: Path | None, mode: str = "auto",
                  rounds: int = 3) -> None:
@@ -363,54 +411,88 @@ class InBand:
         self.mode = mode
         self.rounds = rounds
         self.store = Store(home)
-        # per conversation: (offered, fixed)
-        self._decided: OrderedDict[str, tuple[bool, bool]] = OrderedDict()
+        self._decided: OrderedDict[str, Decision] = OrderedDict()
         self._lock = threading.Lock()
 
     def offers(self, session: str, api: wire.Api, value: Mapping[str, Any],
                has_tools: bool) -> bool:
         """Whether this request carries the offered tools. Decided at the conversation's first
         request (a conversation that already has hidden exchanges, after a restart, keeps
-        them), and fixed from its first paged request on (:meth:`paged`). Before that, agent
-        recovery tools that show up late (Codex lists its MCP servers after its first tool
-        output; an MCP client may connect late) withdraw the offer, once, while nothing has left
-        the window yet."""
-        if self.mode == "never" or not answers(api):
+        them), and fixed from its first paged request on (:meth:`worded`), kept in the home so
+        a restarted proxy goes on offering what the notice names. Before that, agent recovery
+        tools that show up late (Codex lists its MCP servers after its first tool output; an
+        MCP client may connect late) withdraw the offer, once, while nothing has left the
+        window yet. An agent tool of an offered tool's name withdraws it at any time (a request
+        may not define a name twice)."""
+        if not answers(api):
             return False
+        decided = self._decision(session)
+        clash = tool_names(api, value) & set(OFFERED)
+        if decided is not None and decided.offered and clash:
+            decided = None  # the agent's own tool of the same name wins, even once fixed
+        if decided is None:
+            offer = (self.mode != "never" and not clash
+                     and (self.mode == "always" or not has_tools
+                          or bool(self.store.records(session))))
+            if clash and self.mode != "never":
+                log.info("proxy: the agent has its own %s; no recovery tools offered in %s",
+                         ", ".join(sorted(clash)), session)
+            decided = Decision(offer, bool(clash))
+        elif (decided.offered and not decided.fixed and has_tools and self.mode == "auto"):
+            log.info("proxy: the agent's own recovery tools showed up in %s before any paging; "
+                     "the proxy's offer is withdrawn", session)
+            decided = Decision(False, True)
+        self._set(session, decided)
+        return decided.offered and self.mode != "never"
+
+    def worded(self, session: str, offered: bool, has_tools: bool) -> str:
+        """The wording of the conversation's notice (:data:`WORDINGS`): the one it was first
+        given, else, at its first paged request, the tools this request has (the offered
+        ones, the agent's own, or none: the CLI), kept from then on with the offer."""
+        decided = self._decision(session) or Decision(offered)
+        if decided.notice == "inband" and not offered:  # the setting went to ``never``
+            decided = dataclasses.replace(decided, notice=None)
+        if decided.notice is None:
+            wording = "inband" if offered else "tools" if has_tools else "shell"
+            decided = Decision(offered, True, wording)
+            self._set(session, decided)
+            self._keep(session, decided)
+        return str(decided.notice)
+
+    def fix(self, session: str) -> None:
+        """The model used the offered tools: the offer no longer changes."""
+        decided = self._decision(session)
+        if decided is not None and not decided.fixed:
+            decided = dataclasses.replace(decided, fixed=True)
+            self._set(session, decided)
+            self._keep(session, decided)
+
+    def _decision(self, session: str) -> Decision | None:
         with self._lock:
             decided = self._decided.get(session)
         if decided is None:
-            clash = tool_names(api, value) & set(OFFERED)
-            offer = not clash and (self.mode == "always" or not has_tools
-                                   or bool(self.store.records(session)))
-            if clash:
-                log.info("proxy: the agent has its own %s; no recovery tools offered in %s",
-                         ", ".join(sorted(clash)), session)
-            decided = (offer, bool(clash))
-        elif decided[0] and not decided[1] and has_tools and self.mode == "auto":
-            log.info("proxy: the agent's own recovery tools showed up in %s before any paging; "
-                     "the proxy's offer is withdrawn", session)
-            decided = (False, True)
+            decided = self.store.decision(session)  # kept by an earlier run of the proxy
+        return decided
+
+    def _set(self, session: str, decided: Decision) -> None:
         with self._lock:
             self._decided.pop(session, None)
             self._decided[session] = decided
             while len(self._decided) > KEPT:
                 self._decided.popitem(last=False)
-        return decided[0]
 
-    def paged(self, session: str) -> None:
-        """The conversation was paged: its offer no longer changes."""
-        with self._lock:
-            decided = self._decided.get(session)
-            if decided is not None:
-                self._decided[session] = (decided[0], True)
+    def _keep(self, session: str, decided: Decision) -> None:
+        try:
+            self.store.keep(session, decided)
+        except OSError as exc:  # kept in memory; a restart decides again
+            log.warning("proxy: in-band decision of %s not kept: %s", session, exc)
 
     def expand(self, session: str, api: wire.Api, conversation: list[Any]) -> list[Any]:
         return expand(api, conversation, self.store.records(session))
 
     def remember(self, session: str, record: Hidden) -> None:
         self.store.add(session, record)
-        self.paged(session)  # the model used them: the offer stays
+        self.fix(session)  # the model used them: the offer stays
 
 
 # --- running a call -------------------------------------------------------------------------------

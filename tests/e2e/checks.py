@@ -5,8 +5,11 @@ A **cache break** is a task request whose conversation does not begin with the p
 request's conversation (the bytes the provider caches, ``cache_control`` markers aside, which
 agents move on purpose). A break is a **cut advance** when the request carries the paging
 notice and what it dropped is the oldest part of the previous window: the rest of that window
-follows the notice unchanged, then the new messages. Changes of ``tools`` or ``system`` are the
-agent's own (Claude Code adds its MCP tools when the server connects) and are counted apart.
+follows the notice unchanged, then the new messages. The one change a kept message may show is
+a distilled stub in place of one of its tool outputs: edits held back while the prefix was
+cached land with the re-write the cut pays anyway (docs/distillation.md, "Under prompt
+caching"). Changes of ``tools`` or ``system`` are the agent's own (Claude Code adds its MCP
+tools when the server connects) and are counted apart.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from context_paging.paging.distill.render import MARKER as DISTILLED
 from context_paging.paging.notice import HEADER
 
 from tests.e2e import validate
@@ -76,10 +80,13 @@ def _cut_advance(before: list[str], after: list[str], notice: bool) -> tuple[boo
     (with what travels in it) and the ones appended at the end, which name no tool call of the
     previous window (one that does is that message changed). A message that took the notice in
     (Anthropic puts it in the first kept user message) counts as kept when nothing else about
-    it changed."""
+    it changed, and so does one whose tool output became a distilled stub (a held edit landing
+    with the cut)."""
     if not notice:
         return False, "messages left the window but no paging notice took their place"
     carriers = {_without_notice(m): i for i, m in enumerate(after) if NOTICE in m}
+    carriers |= {_stub_key(_call_ids(m)): i for i, m in enumerate(after)
+                 if DISTILLED in m and _call_ids(m)}
     place = _places(before, after, carriers)
     gone = [i for i, p in enumerate(place) if p is None]
     if not gone:
@@ -123,8 +130,26 @@ def _places(before: list[str], after: list[str], carriers: dict[str, int]) -> li
             place.append(copies[n])
             taken[message] = n + 1
         else:
-            place.append(carriers.get(_without_notice(message)))
+            place.append(carriers.get(_without_notice(message),
+                                      carriers.get(_stubbed(message, after))))
     return place
+
+
+def _stubbed(message: str, after: list[str]) -> str:
+    """The key that pairs a message with its copy in ``after`` whose tool output became a
+    distilled stub: the call ids it holds, when exactly one message of ``after`` holds them
+    with more distilled outputs than ``message`` has."""
+    ids = _call_ids(message)
+    if not ids:
+        return ""
+    role = json.loads(message).get("role")
+    copies = [m for m in after if _call_ids(m) == ids and json.loads(m).get("role") == role
+              and m.count(DISTILLED) > message.count(DISTILLED)]
+    return _stub_key(ids) if len(copies) == 1 else ""
+
+
+def _stub_key(ids: set[str]) -> str:
+    return "stubbed " + " ".join(sorted(ids))
 
 
 def _call_ids(message: str) -> set[str]:

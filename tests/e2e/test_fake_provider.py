@@ -341,6 +341,24 @@ def test_appending_is_no_break_but_a_changed_or_unannounced_drop_is_one():
     assert not checks.cache_breaks([exchange(1, TURNS), exchange(2, dropped)])[0].cut_advance
 
 
+def test_a_distilled_stub_landing_with_the_cut_is_part_of_the_cut_advance():
+    stub = "[distilled] The output of Bash: ls (3 chars) was left out: no longer needed."
+    paged = [user(text(NOTICE), text(task.PROMPT)), TURNS[3], user(result("t2", stub)),
+             {"role": "assistant", "content": [call("t3")]}, user(result("t3"))]
+    breaks = checks.cache_breaks([exchange(1, TURNS), exchange(2, paged)])
+    assert [(b.cut_advance, b.detail) for b in breaks] == [
+        (True, "2 of the previous window's 5 messages left")]
+    # landed alone, nothing left the window: a break of its own
+    landed = [*TURNS[:4], user(result("t2", stub))]
+    before = [user(text(NOTICE)), *TURNS[1:]]
+    after = [user(text(NOTICE)), *landed[1:]]
+    assert [b.detail for b in checks.cache_breaks([exchange(1, before), exchange(2, after)])] \
+        == ["nothing left the window, yet the conversation changed"]
+    # any other new bytes for a kept output are still that message changed
+    assert not checks.cache_breaks([exchange(1, TURNS), exchange(2, [
+        user(text(NOTICE)), TURNS[3], user(result("t2", "edited"))])])[0].cut_advance
+
+
 def test_a_cut_past_the_previous_last_message_is_still_a_cut_advance():
     paged = [user(text(NOTICE), text(task.PROMPT)),
              {"role": "assistant", "content": [call("t3")]}, user(result("t3"))]
