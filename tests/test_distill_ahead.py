@@ -13,7 +13,7 @@ import context_paging.paging.distill.plan as plan_module
 from context_paging.index.ledger import Ledger
 from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_window_cost import spare_time, words
@@ -75,6 +75,7 @@ def decisions(svc: ContextService) -> list[str]:
     budget=st.integers(3_000, 60_000),
     stops=st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=1, max_size=5),
 )
+@example(turns=25, sizes=[56, 135, 143, 20, 43, 75], budget=8057, stops=[None])
 def test_replies_are_the_full_computations_with_spare_time_between_calls(
         tmp_path_factory, turns, sizes, budget, stops):
     home = tmp_path_factory.mktemp("ahead")
