@@ -207,6 +207,8 @@ class ContextService:
         if not self.settings.enabled:
             return _form(_disabled(request.messages) | {"last_message_id": ledger.head},
                          request, reply_form)
+        # a checkpoint's decisions left for spare time are made before anything reads them
+        self.distiller.settle(ledger.ref)
         call = self.begin(ledger, request, system, tools, model, model_window, token_budget,
                           trim_to_tokens, usage, judge)
         shown = self.distill(call)
@@ -497,6 +499,11 @@ class ContextService:
         last calls stopped needing (their sessions' previous requests)."""
         self._retired.clear()  # freed here, in spare time, not inside a call
         budget = self.spare_seconds if seconds is None else seconds
+        if self.distiller.owes():
+            started = time.monotonic()
+            if self.distiller.settle(None, started + budget, stop):
+                return True
+            budget = max(0.0, budget - (time.monotonic() - started))
         if self._ahead is None:
             return self.distiller.ahead(budget, stop)
         request, distilled, lazy = self._ahead
