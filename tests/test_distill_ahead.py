@@ -16,7 +16,7 @@ from context_paging.paging.distill import DistillConfig
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.test_window_cost import spare_time, words
+from tests.test_window_cost import conversation, service, spare_time, words
 
 
 def made(home: Path, reference: bool, budget: int) -> ContextService:
@@ -132,3 +132,21 @@ def test_spare_time_stops_when_a_request_comes(tmp_path):
     assert plan_module._chunks.cache_info().currsize == 0
     assert svc.idle(math.inf) is False
     assert plan_module._chunks.cache_info().currsize > 0
+
+
+def test_outputs_a_checkpoint_left_beyond_reach_are_decided_after_the_reply(tmp_path):
+    """The call leaves the old outputs unjudged; spare time (or else the session's next call,
+    before it plans) makes exactly the decisions the full computation made for them."""
+    messages = conversation([300] * 30, [False] * 30)
+    fast, full = service(tmp_path / "a", False, 12_000), service(tmp_path / "b", True, 12_000)
+    plain = service(tmp_path / "c", False, 12_000)  # never given spare time
+    assert fast.select("s", messages, fmt="pi") == full.select("s", messages, fmt="pi")
+    plain.select("s", messages, fmt="pi")
+    everything = sorted(decisions(full))
+    assert len(decisions(fast)) < len(everything)
+    assert fast.idle(math.inf) is False
+    assert sorted(decisions(fast)) == everything
+    assert len(decisions(plain)) < len(everything)
+    later = messages + [{"role": "user", "content": "thanks"}]
+    assert plain.select("s", later, fmt="pi") == full.select("s", later, fmt="pi")
+    assert set(decisions(plain)) >= set(everything)  # made first, before the call planned

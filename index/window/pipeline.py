@@ -496,7 +496,9 @@ class ContextService:
         its outputs chunked), so every reply is the same with or without it. Returns whether
         work is left. The caller holds whatever lock guards :meth:`select` (the MCP server
         runs this after writing a reply, yielding to the next request). It first frees what the
-        last calls stopped needing (their sessions' previous requests)."""
+        last calls stopped needing (their sessions' previous requests), then judges the outputs
+        a checkpoint left for later beyond the window's reach (``Distiller.settle``: decisions
+        the full computation makes, which a call makes first if spare time did not)."""
         self._retired.clear()  # freed here, in spare time, not inside a call
         budget = self.spare_seconds if seconds is None else seconds
         if self.distiller.owes():
