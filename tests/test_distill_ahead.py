@@ -1,7 +1,9 @@
 """Spare time prepares the outputs a mid-run checkpoint will judge (``ContextService.idle``):
-their chunks and the words the local judge reads of them. It only fills caches keyed by the
-texts themselves, so every reply, and the state a call leaves, is the full computation's
-(``ContextService.reference``) with or without it, however early a request stops it."""
+their chunks and the words the local judge reads of them; and it makes the decisions a
+checkpoint left for later beyond the window's reach, from that checkpoint's own inputs (else
+the session's next call makes them first). So every reply, and the state a call leaves, is the
+full computation's (``ContextService.reference``) with or without it, however early a request
+stops it."""
 
 from __future__ import annotations
 
