@@ -1,7 +1,9 @@
 """Spare time prepares the outputs a mid-run checkpoint will judge (``ContextService.idle``):
-their chunks and the words the local judge reads of them. It only fills caches keyed by the
-texts themselves, so every reply, and the state a call leaves, is the full computation's
-(``ContextService.reference``) with or without it, however early a request stops it."""
+their chunks and the words the local judge reads of them; and it makes the decisions a
+checkpoint left for later beyond the window's reach, from that checkpoint's own inputs (else
+the session's next call makes them first). So every reply, and the state a call leaves, is the
+full computation's (``ContextService.reference``) with or without it, however early a request
+stops it."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ import context_paging.paging.distill.plan as plan_module
 from context_paging.index.ledger import Ledger
 from context_paging.index.window.pipeline import ContextService, ContextSettings
 from context_paging.paging.distill import DistillConfig
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.test_window_cost import spare_time, words
+from tests.test_window_cost import conversation, service, spare_time, words
 
 
 def made(home: Path, reference: bool, budget: int) -> ContextService:
@@ -75,6 +77,7 @@ def decisions(svc: ContextService) -> list[str]:
     budget=st.integers(3_000, 60_000),
     stops=st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=1, max_size=5),
 )
+@example(turns=25, sizes=[56, 135, 143, 20, 43, 75], budget=8057, stops=[None])
 def test_replies_are_the_full_computations_with_spare_time_between_calls(
         tmp_path_factory, turns, sizes, budget, stops):
     home = tmp_path_factory.mktemp("ahead")
@@ -131,3 +134,21 @@ def test_spare_time_stops_when_a_request_comes(tmp_path):
     assert plan_module._chunks.cache_info().currsize == 0
     assert svc.idle(math.inf) is False
     assert plan_module._chunks.cache_info().currsize > 0
+
+
+def test_outputs_a_checkpoint_left_beyond_reach_are_decided_after_the_reply(tmp_path):
+    """The call leaves the old outputs unjudged; spare time (or else the session's next call,
+    before it plans) makes exactly the decisions the full computation made for them."""
+    messages = conversation([300] * 30, [False] * 30)
+    fast, full = service(tmp_path / "a", False, 12_000), service(tmp_path / "b", True, 12_000)
+    plain = service(tmp_path / "c", False, 12_000)  # never given spare time
+    assert fast.select("s", messages, fmt="pi") == full.select("s", messages, fmt="pi")
+    plain.select("s", messages, fmt="pi")
+    everything = sorted(decisions(full))
+    assert len(decisions(fast)) < len(everything)
+    assert fast.idle(math.inf) is False
+    assert sorted(decisions(fast)) == everything
+    assert len(decisions(plain)) < len(everything)
+    later = messages + [{"role": "user", "content": "thanks"}]
+    assert plain.select("s", later, fmt="pi") == full.select("s", later, fmt="pi")
+    assert set(decisions(plain)) >= set(everything)  # made first, before the call planned

@@ -18,6 +18,7 @@ the window is rendered.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -100,6 +101,23 @@ class Distilled:
                 "recall": output_recall(d.target)}
 
 
+@dataclass(slots=True)
+class _Owed:
+    """What a pass that deferred outputs beyond reach still owes (``Distiller.settle``): its
+    inputs, the decisions made before it, and the entry indexes of the outputs it deferred
+    (oldest first); ``plan`` is that pass over every output, made when first needed."""
+
+    ledger: LedgerSession
+    entries: Sequence[Entry]
+    changes: Mapping[int, Any]
+    keys: Sequence[tuple[Any, ...] | None]
+    provider: str | None
+    judge: Judge
+    decisions: tuple[Decision, ...]
+    deferred: list[int]
+    plan: Plan | None = None
+
+
 class Distiller:
     """Plans (cached) and passes for one service's configuration."""
 
@@ -120,18 +138,23 @@ class Distiller:
         self.keep_scans = True  # False: every pass walks the whole conversation (benches)
         # The last pass's request, for :meth:`ahead` (entries, their changes, keys, ledger).
         self._next: tuple[Any, ...] | None = None
+        # Per ledger session, the decisions a checkpoint left unmade beyond the window's reach
+        # (:meth:`settle`): the pass's own inputs, so they are made as that pass would have.
+        self._owed: dict[Any, _Owed] = {}
 
     def plan(self, ledger: LedgerSession, entries: Sequence[Entry], provider: str | None,
              prior: Mapping[int, dict[str, Any] | None] | None = None,
-             reach: int = 0, keys: Sequence[tuple[Any, ...] | None] | None = None
-             ) -> Plan | None:
+             reach: int = 0, keys: Sequence[tuple[Any, ...] | None] | None = None,
+             decisions: Sequence[Decision] | None = None) -> Plan | None:
         """The pass's plan over the conversation as the window already shows it (earlier
         decisions applied: an exchange holding a distilled output is costed at its distilled
         size, so savings are never counted twice). Cached, because the sampling judge plans
         before the call and the call plans again: the key names the stored conversation (its
         last chain id), the decisions made so far and the provider. ``prior`` is what those
-        decisions change (``paging.distill.apply.changed``), when the caller has it already."""
-        decisions = ledger.decisions
+        decisions change (``paging.distill.apply.changed``), when the caller has it already;
+        ``decisions``, the ones made so far when not the ledger's own (:meth:`settle`)."""
+        if decisions is None:
+            decisions = ledger.decisions
         key = (ledger.ref, entries[-1][0] if entries else "", len(entries), len(decisions),
                provider, reach)
         with self._lock:  # calls of several sessions at once (index/window/gate.py)
@@ -219,9 +242,13 @@ class Distiller:
         prints = fingerprints(entries, keys)
         changes = changed(entries, ledger.decisions, prints)  # what the window already shows
         plan = None
+        self._owed.pop(ledger.ref, None)  # a later pass over the session replaces it
         try:
             plan = self.plan(ledger, entries, provider, changes, entry_reach(entries, reach),
                              keys)
+            if plan is not None and plan.deferred:
+                self._owed[ledger.ref] = _Owed(ledger, entries, changes, keys, provider, judge,
+                                               tuple(ledger.decisions), list(plan.deferred))
             new = [] if plan is None else decide_plan(plan, judge_plan(plan, judge))
             # what the new edits are measured against (measured reads it for edits only)
             shown = (applied(entries, changes)
@@ -237,6 +264,58 @@ class Distiller:
         if any(d.edits for d in new):
             changes = changed(entries, decisions, prints)
         return shown_views(request, changes, decisions), new, deferred
+
+    def owes(self) -> bool:
+        """Whether a checkpoint's decisions beyond the window's reach are still unmade."""
+        return bool(self._owed)
+
+    def settle(self, ref: Any = None, deadline: float = math.inf,
+               stop: Callable[[], bool] | None = None) -> bool:
+        """Make the decisions a checkpoint left unmade because their outputs lay beyond the
+        window's reach (``Plan.deferred``), for the session ``ref`` (every session: None), one
+        output at a time until ``deadline`` (``time.monotonic``) or ``stop``; appended to the
+        ledger as they are made. Returns whether some are left.
+
+        The full computation decides them at that checkpoint, and later passes read what it
+        decided: a decided output no longer counts towards a checkpoint's batch nor its
+        re-write, and a distilled one is smaller in the exchanges pruned later. So they are made
+        from that pass's own inputs (its conversation, decisions and judge: the same question
+        and the same verdicts), in spare time (``ContextService.idle``) or, at the latest, first
+        thing in the session's next call, before it plans. The call that deferred them stays as
+        fast as the reach makes it, and no later reply differs from the full computation's."""
+        for key in [ref] if ref is not None else list(self._owed):
+            owed = self._owed.get(key)
+            while owed is not None and owed.deferred:
+                if (stop is not None and stop()) or time.monotonic() > deadline:
+                    return True
+                if owed.plan is None:
+                    owed.plan = self.plan(owed.ledger, owed.entries, owed.provider, owed.changes,
+                                          0, owed.keys, owed.decisions)
+                    if owed.plan is None:  # cannot be (the pass planned them): nothing owed
+                        break
+                index = owed.deferred.pop(0)
+                self._decide_owed(owed, index)
+            self._owed.pop(key, None)
+        return False
+
+    def _decide_owed(self, owed: _Owed, index: int) -> None:
+        """The deferred output at entry ``index``, decided as the full pass decides it."""
+        plan = owed.plan
+        assert plan is not None
+        large = tuple(o for o in plan.large if o.item.index == index)
+        if not large:
+            return
+        one = replace(plan, large=large, small=(), exchanges=(), images=(), batches=(),
+                      batch_items={}, deferred=())
+        try:
+            new = decide_plan(one, judge_plan(one, owed.judge))
+            shown = (applied(owed.entries, owed.changes)
+                     if self.count_text is not None and any(d.edits for d in new) else [])
+            new = [self.measured(d, shown) for d in new]
+        except Exception:  # as in a pass: the output stays as it is, undecided
+            log.warning("distillation failed; an output stays undecided", exc_info=True)
+            return
+        owed.ledger.append_decisions(new, durable=False)
 
     def ahead(self, seconds: float, stop: Callable[[], bool] | None = None) -> bool:
         """Spare time: chunk the last request's large outputs that no decision covers yet,

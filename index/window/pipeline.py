@@ -207,6 +207,8 @@ class ContextService:
         if not self.settings.enabled:
             return _form(_disabled(request.messages) | {"last_message_id": ledger.head},
                          request, reply_form)
+        # a checkpoint's decisions left for spare time are made before anything reads them
+        self.distiller.settle(ledger.ref)
         call = self.begin(ledger, request, system, tools, model, model_window, token_budget,
                           trim_to_tokens, usage, judge)
         shown = self.distill(call)
@@ -494,9 +496,16 @@ class ContextService:
         its outputs chunked), so every reply is the same with or without it. Returns whether
         work is left. The caller holds whatever lock guards :meth:`select` (the MCP server
         runs this after writing a reply, yielding to the next request). It first frees what the
-        last calls stopped needing (their sessions' previous requests)."""
+        last calls stopped needing (their sessions' previous requests), then judges the outputs
+        a checkpoint left for later beyond the window's reach (``Distiller.settle``: decisions
+        the full computation makes, which a call makes first if spare time did not)."""
         self._retired.clear()  # freed here, in spare time, not inside a call
         budget = self.spare_seconds if seconds is None else seconds
+        if self.distiller.owes():
+            started = time.monotonic()
+            if self.distiller.settle(None, started + budget, stop):
+                return True
+            budget = max(0.0, budget - (time.monotonic() - started))
         if self._ahead is None:
             return self.distiller.ahead(budget, stop)
         request, distilled, lazy = self._ahead
