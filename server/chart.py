@@ -32,7 +32,8 @@ def short(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _top(value: float) -> float:
+def nice_top(value: float) -> float:
+    """The smallest 1, 2, 2.5, 4, 5 or 8 × 10ⁿ at or above ``value`` (the y axis' top)."""
     if value <= 0:
         return 1.0
     power = 10 ** math.floor(math.log10(value))
@@ -57,7 +58,7 @@ def request_chart(points: Sequence[Mapping[str, Any]], label: str = "The window 
              _number(p, "input_tokens") or 0.0) for p in points]
     highest = max([v or 0.0 for values in lines.values() for v in values]
                   + budgets + [sum(b) for b in bars] + [0.0])
-    top = _top(highest)
+    top = nice_top(highest)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     step = plot_w / max(count, 1)
 

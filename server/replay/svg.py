@@ -7,10 +7,11 @@ so a test can hold the picture against the ``--json`` figures.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+
+from context_paging.server.chart import nice_top, short
 
 WIDTH, HEIGHT = 900, 330
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 44
@@ -29,23 +30,6 @@ class Mark:
     series: str
     kind: str
     title: str
-
-
-def short(value: float) -> str:
-    """A tick label: 950, 12k, 1.5M."""
-    if value >= 1_000_000:
-        return f"{value / 1_000_000:.3g}M"
-    if value >= 1_000:
-        return f"{value / 1_000:.3g}k"
-    return f"{value:.3g}"
-
-
-def nice_top(value: float) -> float:
-    """The smallest 1, 2, 2.5, 4, 5 or 8 × 10ⁿ at or above ``value`` (the y axis' top)."""
-    if value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 2.5, 4, 5, 8, 10) if step * power >= value)
 
 
 class Scale:
