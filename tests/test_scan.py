@@ -37,8 +37,8 @@ def doc(session: str, n: int, words: list[str], **extra) -> IndexDoc:
     st.integers(1, 6),
     st.booleans(),
 )
-# Items 2 and 3 score the same real number (3 hits in 13 tokens, 2 in 8, average 6); the two
-# rankers computed it in other orders of operations and broke the tie differently.
+# The second and third items score the same real number (3 hits in 13 tokens, 2 in 8, average
+# 6); the two rankers computed it in other orders of operations and broke the tie differently.
 @example(rows=[["paraxial.io"], ["needle", "needle"],
                ["needle"] * 3 + ["paraxial.io"] * 4 + ["请分页", "a\u2e80io"],
                ["needle"] * 2 + ["paraxial.io"] * 6],
