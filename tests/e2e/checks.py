@@ -274,10 +274,13 @@ def sent_bytes(exchanges: list[Exchange]) -> int:
 
 
 def session_files(home: Any) -> list[Any]:
-    """The agent's own session files under its HOME (Claude Code, Codex, Pi)."""
+    """The agent's own session files under its HOME: Claude Code's, Codex's, Pi's and Gemini
+    CLI's JSON Lines, OpenCode's SQLite store (with its write-ahead log)."""
     folders = (home / ".claude" / "projects", home / ".codex" / "sessions",
-               home / ".pi" / "agent" / "sessions")
-    return [p for folder in folders if folder.is_dir() for p in folder.rglob("*.jsonl")]
+               home / ".pi" / "agent" / "sessions", home / ".gemini" / "tmp")
+    found = [p for folder in folders if folder.is_dir() for p in folder.rglob("*.jsonl")]
+    store = home / ".local" / "share" / "opencode"
+    return found + (sorted(store.glob("opencode.db*")) if store.is_dir() else [])
 
 
 def inband_problems(exchanges: list[Exchange], marker: str) -> list[str]:

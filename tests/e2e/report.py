@@ -69,16 +69,22 @@ def judge_proxied(run: runs.Run, direct: runs.Run) -> Outcome:
     outcome.problems += [f"request {b.number}: a cache break that is not a cut advance: "
                          f"{b.detail}" for b in breaks if not b.cut_advance]
     ledgers = runs.ledger_files(run)
-    outcome.ledgers = len(ledgers)
-    if len(ledgers) != 1:
-        names = ", ".join(p.name for p in ledgers) or "none"
-        outcome.problems.append(f"the agent's one session is in {len(ledgers)} ledger "
-                                f"conversations ({names}), not 1")
+    outcome.ledgers = _one_ledger(run, outcome)
     if outcome.paged:
         outcome.found = _search(run, outcome)
     if len(ledgers) == 1:
         outcome.problems += view_problems(run, outcome, f"ledger:{ledgers[0].stem}")
     return outcome
+
+
+def _one_ledger(run: runs.Run, outcome: Outcome) -> int:
+    """How many ledger conversations hold the agent's one session (a problem unless 1)."""
+    ledgers = runs.ledger_files(run)
+    if len(ledgers) != 1:
+        names = ", ".join(p.name for p in ledgers) or "none"
+        outcome.problems.append(f"the agent's one session is in {len(ledgers)} ledger "
+                                f"conversations ({names}), not 1")
+    return len(ledgers)
 
 
 def judge_inband(run: runs.Run) -> Outcome:
@@ -94,8 +100,12 @@ def judge_inband(run: runs.Run) -> Outcome:
     outcome.problems += [f"request {b.number}: a cache break that is not a cut advance: "
                          f"{b.detail}" for b in breaks if not b.cut_advance]
     outcome.problems += checks.inband_problems(exchanges, task.evicted_markers(1)[0])
-    seen = [str(p) for p in checks.session_files(run.home)
-            if b'"search_history"' in p.read_bytes()]
+    outcome.ledgers = _one_ledger(run, outcome)
+    files = checks.session_files(run.home)
+    if not any(task.PROMPT_TOKEN.encode() in p.read_bytes() for p in files):
+        outcome.problems.append("no session file of the agent holds the task, so nothing shows "
+                                f"whether it saw the proxy's call ({len(files)} files)")
+    seen = [str(p) for p in files if b'"search_history"' in p.read_bytes()]
     if seen or "search_history" in run.stdout:
         outcome.problems.append("the agent saw the proxy's recovery call: "
                                 + (", ".join(seen) or "in its output"))
