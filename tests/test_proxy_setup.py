@@ -145,7 +145,7 @@ def test_run_points_each_agent_at_the_proxy_its_own_way():
 @pytest.mark.parametrize("argv", [
     ["proxy", "--port", "99999"], ["proxy", "--port", "-1"], ["proxy", "--port", "0"],
     ["doctor", "--port", "65536"], ["install-proxy", "--client", "codex", "--port", "99999"],
-    ["install-proxy", "--service", "--port", "x"],
+    ["install-proxy", "--service", "--port", "x"], ["view", "--no-browser", "--port", "99999"],
 ])
 def test_a_port_out_of_range_is_refused_in_one_line_before_anything_runs(user_home, capsys,
                                                                         argv):

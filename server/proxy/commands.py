@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from context_paging.index import private
+from context_paging.index.home import private
 from context_paging.server import heap
 from context_paging.server.config import Settings
 from context_paging.server.endpoints import DEFAULT_ANTHROPIC, DEFAULT_GEMINI, DEFAULT_OPENAI
@@ -65,7 +65,7 @@ def add_commands(commands: Any) -> None:
     view = commands.add_parser("view", help="open the proxy's live view in the browser (prints "
                                "its URL, token included)")
     view.add_argument("--host", default="127.0.0.1", help="the proxy's address")
-    view.add_argument("--port", type=int, default=DEFAULT_PORT,
+    view.add_argument("--port", type=port, default=DEFAULT_PORT,
                       help=f"the proxy's port (default {DEFAULT_PORT})")
     view.add_argument("--no-browser", action="store_true", help="only print the URL")
     view.set_defaults(run=cmd_view)
@@ -99,7 +99,7 @@ def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
     """The proxy over this process's History (the ledger and select_context pipeline)."""
-    from context_paging.index.proxied import ProxyLog
+    from context_paging.index.home.proxied import ProxyLog
     from context_paging.server.histories import make_history
     from context_paging.server.proxy.app import Proxy, Upstreams
     from context_paging.server.proxy.inband import InBand
@@ -122,7 +122,7 @@ def make_app(settings: Settings, args: argparse.Namespace) -> tuple[Proxy, Any]:
 
 def view_url(home: Path, host: str, port: int) -> str:
     """The live view's whole URL, its token included (docs/live-view.md)."""
-    from context_paging.index.proxied import view_token
+    from context_paging.index.home.proxied import view_token
     from context_paging.server.endpoints import VIEW_PREFIX
 
     shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
