@@ -106,7 +106,7 @@ def stdio_after_id(turns: int) -> dict:
 
 def proxy_path() -> dict:
     sys.path.append(str(ROOT))  # tests.fake_provider, imported by proxy_bench (after PYTHONPATH)
-    from context_paging.index.proxied import ProxyLog
+    from context_paging.index.home.proxied import ProxyLog
     from context_paging.server.config import load_settings
     from context_paging.server.histories import make_history
     from context_paging.server.proxy import wire

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
-from context_paging.index.proxied import ProxyLog  # noqa: E402
+from context_paging.index.home.proxied import ProxyLog  # noqa: E402
 from context_paging.server.config import load_settings  # noqa: E402
 from context_paging.server.histories import make_history  # noqa: E402
 from context_paging.server.proxy import inband  # noqa: E402

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from context_paging.index.private import secure_home
+from context_paging.index.home.private import secure_home
 from context_paging.server.proxy import commands as proxy_cli
 from context_paging.server.proxy import wire
 from context_paging.server.proxy.guard import refusal

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from context_paging.index.proxied import ProxyLog  # noqa: E402
+from context_paging.index.home.proxied import ProxyLog  # noqa: E402
 from context_paging.server.endpoints import safe_name  # noqa: E402
 
 SESSION = "5b1e7c2a-0d1f-4c55-9d7e-0a1b2c3d4e5f"

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import httpx2 as httpx  # noqa: E402
-from context_paging.index.proxied import view_token  # noqa: E402
+from context_paging.index.home.proxied import view_token  # noqa: E402
 from context_paging.server.config import load_settings  # noqa: E402
 from context_paging.server.proxy import commands as proxy_cli  # noqa: E402
 

@@ -33,7 +33,7 @@ hold an exclusive ``flock`` so two server processes never interleave lines.
 
 Per-session selection state (the cut frontier and its frozen notice, calibration memory) lives
 in ``CONTEXT_PAGING_HOME/state/<session>.json``, rewritten in place on every call
-(``index/overwrite.py``; readers take a shared lock, so they see the old or the new value).
+(``index/home/overwrite.py``; readers take a shared lock, so they see the old or the new value).
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ from typing import Any
 
 from context_paging.index.canonical import canonical
 from context_paging.index.history import HistoryItem, join_turns, project, stored_messages
+from context_paging.index.home.overwrite import overwrite
+from context_paging.index.home.private import FILE_MODE, private_directory
 from context_paging.index.jsonl import FileCursor, Issue, dump_line, file_identity, open_inside
 from context_paging.index.model import Message
-from context_paging.index.overwrite import overwrite
-from context_paging.index.private import FILE_MODE, private_directory
 from context_paging.paging.distill import Decision
 from context_paging.paging.formats import detached
 from context_paging.paging.request import common_start
@@ -575,7 +575,8 @@ class Ledger:
     def save_state(self, ref: str, state: dict[str, Any]) -> None:
         private_directory(self.state_directory)
         path = self.state_directory / f"{check_session_id(ref)}.json"
-        # In place, not a rename over the old file (about 2 ms a call on ext4): index/overwrite.py
+        # In place, not a rename over the old file (about 2 ms a call on ext4):
+        # index/home/overwrite.py
         overwrite(path, json.dumps(state, ensure_ascii=False).encode("utf-8"))
 
 

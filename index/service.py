@@ -24,15 +24,15 @@ from context_paging.index.discovery import (
     resolve,
 )
 from context_paging.index.history import HistoryItem, block_text
-from context_paging.index.jsonl import file_identity, open_inside
-from context_paging.index.ledger import Ledger, LedgerError, check_session_id
-from context_paging.index.navigator import Navigator, NavigatorError, cap_items, compact_references
-from context_paging.index.proxied import (
+from context_paging.index.home.proxied import (
     FRESH_SECONDS,
     conversation_stats,
     figures,
     last_proxied,
 )
+from context_paging.index.jsonl import file_identity, open_inside
+from context_paging.index.ledger import Ledger, LedgerError, check_session_id
+from context_paging.index.navigator import Navigator, NavigatorError, cap_items, compact_references
 from context_paging.index.sessions import SessionFile, UnknownFormat
 from context_paging.index.window.gate import Gate
 from context_paging.index.window.pipeline import ContextService, ContextSettings

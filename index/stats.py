@@ -26,7 +26,7 @@ Tokens = Annotated[int, BeforeValidator(_whole)]
 
 
 class ProxyFigures(BaseModel):
-    """A proxied conversation's running totals (index/proxied.py): requests forwarded, tokens
+    """A proxied conversation's running totals (index/home/proxied.py): requests forwarded, tokens
     sent against tokens in the full history (characters/4 of the bodies), how often the cut
     advanced, and the share of request bytes that repeated the previous request's prefix."""
 

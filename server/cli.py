@@ -475,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return statusline.main(words)
     import logging
 
-    from context_paging.index import private
+    from context_paging.index.home import private
     from context_paging.server.config import load_settings
     from context_paging.server.errors import failure
 
@@ -490,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="context-paging: %(message)s",
     )
     settings = load_settings(home=args.home, overrides=_overrides(args.set))
-    private.restrict_umask()  # the home's files are the user's alone (index/private.py)
+    private.restrict_umask()  # the home's files are the user's alone (index/home/private.py)
     private.secure_home(settings.home)
     run: Command = args.run
     say = _say_once()

@@ -12,7 +12,7 @@ from context_paging.paging.distill import DistillConfig
 from context_paging.server.config import Settings
 
 if TYPE_CHECKING:
-    from context_paging.index.forget import Forgotten
+    from context_paging.index.home.forget import Forgotten
     from context_paging.index.service import History
     from context_paging.server.warmup import LoadingHistory
 
@@ -55,7 +55,7 @@ def loading_history(settings: Settings, then: Callable[[], None] | None = None
 
 
 def forget_sessions(settings: Settings, sessions: list[str]) -> list[Forgotten]:
-    from context_paging.index.forget import forget
+    from context_paging.index.home.forget import forget
     from context_paging.index.search.store import SearchIndex
 
     index = settings.home / "index"
@@ -70,7 +70,7 @@ def forget_sessions(settings: Settings, sessions: list[str]) -> list[Forgotten]:
 def apply_retention(settings: Settings) -> None:
     """Delete the ledger sessions past ``[ledger] keep_days`` (when a server or proxy starts),
     one log line for what went."""
-    from context_paging.index.forget import expired
+    from context_paging.index.home.forget import expired
 
     sessions = expired(settings.home, settings.get("ledger", "keep_days"))
     if sessions:

@@ -2,7 +2,7 @@
 
 Claude Code runs its ``statusLine`` command often and passes it the session as JSON on stdin
 (``session_id``, ``transcript_path``, ``cwd``, ``model``, …). This finds that session's
-conversation among the proxy's tallies in the home (index/proxied.py writes them, one file per
+conversation among the proxy's tallies in the home (index/home/proxied.py writes them, one file per
 ledger session named ``cc-<session id>-<opening>``; the largest of them is the main conversation,
 the others are side calls and subagents) and prints the window against the budget, what was
 saved against the full history, the last request's cache-read share and the cut's advances.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-from context_paging.index.forget import forget
-from context_paging.index.proxied import ProxyLog, conversation_stats
+from context_paging.index.home.forget import forget
+from context_paging.index.home.proxied import ProxyLog, conversation_stats
 from context_paging.index.stats import render as render_stats
 from context_paging.server.commands.docs import offered_tools, snapshot_tools
 from context_paging.server.config import load_settings

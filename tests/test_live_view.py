@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-from context_paging.index.proxied import ProxyLog, request_series, view_token
+from context_paging.index.home.proxied import ProxyLog, request_series, view_token
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings
 from context_paging.server.proxy import commands as proxy_cli

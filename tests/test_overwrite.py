@@ -1,12 +1,12 @@
-"""index/overwrite.py: small JSON files rewritten in place, never through a planted link."""
+"""index/home/overwrite.py: small JSON files rewritten in place, never through a planted link."""
 
 from __future__ import annotations
 
 import json
 import os
 
+from context_paging.index.home.overwrite import overwrite
 from context_paging.index.ledger import Ledger
-from context_paging.index.overwrite import overwrite
 
 
 def test_shorter_and_longer_values_read_back_as_json(tmp_path) -> None:

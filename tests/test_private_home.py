@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-from context_paging.index import private
-from context_paging.index.proxied import last_proxied
+from context_paging.index.home import private
+from context_paging.index.home.proxied import last_proxied
 from context_paging.index.search.store import SearchIndex
 from context_paging.server.cli import main
 from context_paging.server.config import load_settings

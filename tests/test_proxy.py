@@ -15,7 +15,7 @@ from pathlib import Path
 import anthropic
 import httpx2 as httpx
 import pytest
-from context_paging.index.proxied import ProxyLog, conversation_stats, last_proxied
+from context_paging.index.home.proxied import ProxyLog, conversation_stats, last_proxied
 from context_paging.index.stats import render as render_stats
 from context_paging.server.config import load_settings
 from context_paging.server.mcp.tools import make_history

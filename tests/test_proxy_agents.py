@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
-from context_paging.index.proxied import conversation_stats
+from context_paging.index.home.proxied import conversation_stats
 from context_paging.server.proxy import wire
 
 from tests.test_agent_shapes import recorded

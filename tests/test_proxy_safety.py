@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-from context_paging.index.proxied import ProxyLog, last_proxied
+from context_paging.index.home.proxied import ProxyLog, last_proxied
 from context_paging.server.config import load_settings
 from context_paging.server.mcp.tools import make_history
 from context_paging.server.proxy import commands as proxy_cli

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from context_paging.index.proxied import ProxyLog, conversation_stats
+from context_paging.index.home.proxied import ProxyLog, conversation_stats
 from context_paging.server import statusline
 from context_paging.server.cli import main
 from context_paging.server.proxy import wire

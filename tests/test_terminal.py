@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from context_paging.index.home.private import secure_home
 from context_paging.index.navigator import dumps
-from context_paging.index.private import secure_home
 from context_paging.server.cli import main
 from context_paging.server.commands.demo import sample_path
 from context_paging.server.config import load_settings

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from context_paging.index.home.proxied import LAST, SERIES, last_proxied, proxy_directory
 from context_paging.index.ledger import LedgerError, check_session_id
-from context_paging.index.proxied import LAST, SERIES, last_proxied, proxy_directory
 
 DAY = 86_400
 

@@ -24,7 +24,7 @@ import os
 import stat
 from pathlib import Path
 
-from context_paging.index.private import FILE_MODE
+from context_paging.index.home.private import FILE_MODE
 
 
 def overwrite(path: Path, data: bytes) -> None:

@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from context_paging.index.overwrite import overwrite
-from context_paging.index.private import FILE_MODE, private_directory
+from context_paging.index.home.overwrite import overwrite
+from context_paging.index.home.private import FILE_MODE, private_directory
 
 if TYPE_CHECKING:  # loaded where used: doctor reads the tallies without the window
     from context_paging.index.stats import ProxyFigures

@@ -1,5 +1,5 @@
 """``context-paging forget``: delete a conversation the ledger holds, or every one older than
-``[ledger] keep_days`` (index/forget.py says what is removed)."""
+``[ledger] keep_days`` (index/home/forget.py says what is removed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from context_paging.server.config import Settings
 
 if TYPE_CHECKING:  # the index modules load only when the command runs (a fast CLI start)
-    from context_paging.index.forget import Forgotten
+    from context_paging.index.home.forget import Forgotten
 
 
 def add_command(commands: Any) -> None:
@@ -27,7 +27,7 @@ def add_command(commands: Any) -> None:
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
-    from context_paging.index.forget import expired
+    from context_paging.index.home.forget import expired
     from context_paging.server.histories import forget_sessions
 
     if args.expired:

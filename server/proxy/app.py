@@ -39,7 +39,7 @@ from typing import Any
 
 import anyio.to_thread
 import httpx2 as httpx
-from context_paging.index.proxied import ProxyLog
+from context_paging.index.home.proxied import ProxyLog
 from context_paging.paging.notice import inband_notice, shell_notice
 from context_paging.paging.resident import is_resident
 from context_paging.server.endpoints import (

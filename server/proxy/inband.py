@@ -46,8 +46,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from context_paging.index.overwrite import overwrite
-from context_paging.index.private import FILE_MODE, private_directory
+from context_paging.index.home.overwrite import overwrite
+from context_paging.index.home.private import FILE_MODE, private_directory
 from context_paging.server.errors import failure
 from context_paging.server.proxy import wire
 

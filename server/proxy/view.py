@@ -1,7 +1,7 @@
 """The live view: a page and its JSON under ``/context-paging/`` on the proxy (docs/live-view.md).
 
 Read-only. Every figure comes from what the proxy already writes for each request (the tallies
-and the request series of index/proxied.py) and, for the turns out of the window and the
+and the request series of index/home/proxied.py) and, for the turns out of the window and the
 recovery calls, from the ledger, read by a History of the view's own (as another process would
 read it), so nothing here runs on a request's path. Every path needs the view's token (kept in
 the home, 0600): ``?token=``, ``Authorization: Bearer`` or the cookie the page sets. Who may
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from context_paging.index.proxied import (
+from context_paging.index.home.proxied import (
     SERIES,
     conversation_stats,
     proxy_directory,

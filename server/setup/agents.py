@@ -309,7 +309,7 @@ def doctor(port: int, data_home: Path, home: Path, environ: dict[str, str],
            cwd: Path | None = None) -> tuple[bool, str]:
     """The report, and whether every check passed: each broken line starts with ``✗`` and a
     single one fails the whole (a set-up with no request through it yet is not broken)."""
-    from context_paging.index.proxied import conversation_stats, last_proxied
+    from context_paging.index.home.proxied import conversation_stats, last_proxied
     from context_paging.server.setup import checks as setup_checks
 
     _, health = setup_checks.proxy_health(port)
@@ -357,7 +357,7 @@ def paging_report(data_home: Path) -> tuple[bool, list[str]]:
     """Per proxied conversation, the newest first: how many requests were paged, sent whole
     within the budget, or failed open (forwarded as received), with the last reason. A
     conversation whose every request failed open is never paged: that fails the check."""
-    from context_paging.index.proxied import inband_counts, tallies
+    from context_paging.index.home.proxied import inband_counts, tallies
 
     found = tallies(data_home)
     if not found:
