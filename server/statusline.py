@@ -15,6 +15,7 @@ bench/statusline_bench.py measures it against ``python -c pass``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -46,6 +47,9 @@ def find_tally(home: str, session_id: str) -> dict[str, Any] | None:
     for name in names:
         try:
             with open(os.path.join(folder, name), "rb") as handle:
+                # the proxy rewrites a tally in place under an exclusive lock (it loads no
+                # index module to share index/home/overwrite.py's reader)
+                fcntl.flock(handle, fcntl.LOCK_SH)
                 value = json.loads(handle.read())
         except (OSError, ValueError):
             continue

@@ -55,6 +55,14 @@ def overwrite(path: Path, data: bytes) -> None:
         os.close(fd)  # closing releases the lock
 
 
+def read_whole(path: Path | str) -> bytes:
+    """``path``'s content, never a write in progress: read under a shared ``flock`` (the lock
+    :func:`overwrite` takes exclusively). Raises what opening or reading raises."""
+    with open(path, "rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        return handle.read()  # closing releases the lock
+
+
 def _replace(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0),

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from context_paging.index.home.overwrite import overwrite
+from context_paging.index.home.overwrite import overwrite, read_whole
 from context_paging.index.home.private import FILE_MODE, private_directory
 
 if TYPE_CHECKING:  # loaded where used: doctor reads the tallies without the window
@@ -51,8 +51,8 @@ def _write(path: Path, value: dict[str, Any]) -> None:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+    try:  # the proxy rewrites a tally in place after each reply: never read half of it
+        value = json.loads(read_whole(path).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
